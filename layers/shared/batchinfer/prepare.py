@@ -1,0 +1,88 @@
+"""Prepare: stream a batch's input from S3, validate every line, write shards, start the batch.
+
+Memory stays flat whatever the file size: lines are read as they stream in and each shard is
+written as soon as it is full. Idempotent: shard files and items have deterministic keys, the
+`validating -> in_progress` write is conditional, and a repeated message for a running batch only
+re-sends the messages of shards that are still pending (duplicates are harmless to the worker).
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+from batchinfer import queues, storage, store
+from batchinfer.backends import load_registry
+from batchinfer.jsonl import iter_physical_lines
+from batchinfer.observability import logger
+from batchinfer.settings import get_settings
+from batchinfer.status import BatchStatus
+from batchinfer.validation import FileValidator
+
+
+def _fail(batch_id: str, errors: list[dict]) -> str:
+    store.transition(batch_id, BatchStatus.FAILED, sets={"errors": {"object": "list", "data": errors}})
+    return "failed"
+
+
+def prepare_batch(batch_id: str) -> str:
+    """Validate and shard one batch. Returns `in_progress`, `failed`, `resent` or `skipped`."""
+    settings = get_settings()
+    header = store.get_batch(batch_id)
+    if header is None:
+        logger.warning("prepare: no such batch", extra={"batch_id": batch_id})
+        return "skipped"
+    if header["status"] == BatchStatus.IN_PROGRESS:
+        pending = [queues.ShardMessage(batch_id=batch_id, shard=s["shard"])
+                   for s in store.query_shards(batch_id) if s["state"] == "pending"]
+        queues.send(settings.shards_queue_url, pending)
+        return "resent"
+    if header["status"] != BatchStatus.VALIDATING:
+        return "skipped"
+
+    registry = load_registry(settings.model_registry)
+    validator = FileValidator(header["endpoint"], registry.__contains__,
+                              max_requests=settings.max_requests_per_file, max_file_bytes=settings.max_file_bytes,
+                              max_line_bytes=settings.max_line_bytes, max_errors=settings.max_line_errors)
+    shards: list[dict] = []
+    buffer: list[bytes] = []
+    first_line = 0
+
+    def flush() -> None:
+        number = len(shards)
+        key = storage.shard_key(batch_id, number)
+        storage.put_bytes(settings.bucket_name, key, b"".join(buffer))
+        shards.append({"shard": number, "size": len(buffer), "first_line": first_line, "input_key": key})
+        buffer.clear()
+
+    # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
+    lines = iter_physical_lines(storage.iter_chunks(header["input_bucket"], header["input_key"]),
+                                settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
+    try:
+        for line in lines:
+            request = validator.feed(line)
+            if request is None or validator.error_count:
+                continue  # once the file has failed, only collect its errors
+            if not buffer:
+                first_line = request.line
+            buffer.append(b"%d\t%s\n" % (request.line, line.data))
+            if len(buffer) == settings.shard_size:
+                flush()
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        return _fail(batch_id, [{"code": "input_file_unavailable", "line": None, "param": "input_file_id",
+                                 "message": f"the input file could not be read ({code})"}])
+    validator.finish(lines.bytes_read)
+    if validator.error_count:
+        return _fail(batch_id, [e.model_dump() for e in validator.errors])
+    if buffer:
+        flush()
+    for shard in shards:
+        store.put_shard(batch_id, shard)
+    started = store.transition(batch_id, BatchStatus.IN_PROGRESS, sets={
+        "shards_total": len(shards), "model": validator.model,
+        "request_counts": {"total": validator.request_count, "completed": 0, "failed": 0}})
+    if started is None:
+        return "skipped"  # cancelled meanwhile, or another prepare got there first
+    queues.send(settings.shards_queue_url, [queues.ShardMessage(batch_id=batch_id, shard=s["shard"])
+                                            for s in shards])
+    return "in_progress"

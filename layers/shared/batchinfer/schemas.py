@@ -1,0 +1,189 @@
+"""Wire shapes of the Batch and Files APIs (OpenAI Batch API, https://platform.openai.com/docs/api-reference/batch).
+
+Times are Unix seconds; `None` serialises as JSON null, as the OpenAI SDK expects.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from batchinfer.status import BatchStatus
+
+CHAT_ENDPOINT = "/v1/chat/completions"
+SUPPORTED_ENDPOINTS = (CHAT_ENDPOINT,)
+_WINDOW = re.compile(r"^(\d{1,3})h$")
+MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
+
+
+def window_hours(window: str) -> int:
+    """Hours of a `completion_window` such as `24h`; whole hours in [1, 168], else `ValueError`."""
+    match = _WINDOW.match(window)
+    hours = int(match.group(1)) if match else 0
+    if not MIN_WINDOW_HOURS <= hours <= MAX_WINDOW_HOURS:
+        raise ValueError(f"completion_window must be whole hours from '1h' to '168h', got {window!r}")
+    return hours
+
+
+def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    # OpenAI: at most 16 pairs, keys up to 64 and values up to 512 characters.
+    if value is None:
+        return None
+    if len(value) > 16:
+        raise ValueError("metadata may have at most 16 key-value pairs")
+    for key, item in value.items():
+        if len(key) > 64:
+            raise ValueError(f"metadata key {key[:20]!r}... is longer than 64 characters")
+        if len(item) > 512:
+            raise ValueError(f"metadata value of {key!r} is longer than 512 characters")
+    return value
+
+
+Metadata = Annotated[dict[str, str] | None, AfterValidator(_check_metadata)]
+
+
+class ErrorBody(BaseModel):
+    """The body of an OpenAI error envelope."""
+
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(BaseModel):
+    """`{"error": {message, type, param, code}}`, the body of every 4xx/5xx of /v1."""
+
+    error: ErrorBody
+
+
+class RequestCounts(BaseModel):
+    """Requests of a batch: `total == completed + failed` once the batch is terminal."""
+
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class Usage(BaseModel):
+    """Token totals over every successful request of a batch."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    input_tokens_details: InputTokensDetails = InputTokensDetails()
+    output_tokens_details: OutputTokensDetails = OutputTokensDetails()
+
+
+class LineErrorOut(BaseModel):
+    """One `errors.data[]` entry: a problem found while validating the input file."""
+
+    code: str
+    message: str
+    param: str | None = None
+    line: int | None = None
+
+
+class BatchErrors(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[LineErrorOut] = []
+
+
+class Batch(BaseModel):
+    """The OpenAI Batch object."""
+
+    id: str
+    object: Literal["batch"] = "batch"
+    endpoint: str
+    model: str | None = None
+    input_file_id: str
+    completion_window: str
+    status: BatchStatus
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: BatchErrors | None = None
+    created_at: int
+    in_progress_at: int | None = None
+    expires_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    request_counts: RequestCounts = RequestCounts()
+    usage: Usage = Usage()
+    metadata: dict[str, str] | None = None
+    name: str | None = None
+
+
+class BatchList(BaseModel):
+    """A page of `GET /v1/batches`, newest first."""
+
+    object: Literal["list"] = "list"
+    data: list[Batch]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class CreateBatchRequest(BaseModel):
+    """Body of `POST /v1/batches`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_file_id: str = Field(min_length=1, max_length=512)
+    endpoint: Literal["/v1/chat/completions"]
+    completion_window: str = "24h"
+    metadata: Metadata = None
+    name: str | None = Field(None, max_length=256)
+
+
+class FileObject(BaseModel):
+    """The OpenAI File object."""
+
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: str = "processed"
+    expires_at: int | None = None
+    status_details: str | None = None
+
+
+class FileList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FileObject]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool
+
+
+def result_line(*, line_id: str, custom_id: str, status_code: int | None, request_id: str | None,
+                body: dict[str, Any] | None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One line of output.jsonl / error.jsonl in the OpenAI batch output shape.
+
+    A request that ran has `response {status_code, request_id, body}` and `error: null`; one that never
+    ran (expired, cancelled) has `response: null` and `error {code, message}`.
+    """
+    response = None if status_code is None else {"status_code": status_code, "request_id": request_id,
+                                                  "body": body}
+    return {"id": line_id, "custom_id": custom_id, "response": response, "error": error}

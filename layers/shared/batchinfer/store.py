@@ -1,0 +1,315 @@
+"""DynamoDB data access: batch headers, shards and files in one table (see DESIGN.md).
+
+| item   | PK             | SK             |
+|--------|----------------|----------------|
+| batch  | `BATCH#<id>`   | `META`         |
+| shard  | `BATCH#<id>`   | `SHARD#<00000>`|
+| file   | `FILE#<id>`    | `META`         |
+
+GSI1 (`GSI1PK = ACCOUNT#<account>`, `GSI1SK = <created_at>#<id>`) lists an account's batches and files.
+Every status change is an `update_item` whose condition lists the allowed source statuses
+(`status.allowed_sources`); a failed condition is reported as `None`/`False`, never raised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from batchinfer.aws import table
+from batchinfer.status import TIMESTAMP_FIELD, BatchStatus, allowed_sources
+
+META = "META"
+
+
+def now() -> int:
+    """Current Unix time in seconds."""
+    return int(time.time())
+
+
+def batch_pk(batch_id: str) -> str:
+    return f"BATCH#{batch_id}"
+
+
+def shard_sk(shard: int) -> str:
+    return f"SHARD#{shard:05d}"
+
+
+def plain(value: Any) -> Any:
+    """DynamoDB values with `Decimal` turned back into `int`/`float` (recursively)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def _condition_failed(error: ClientError) -> bool:
+    return error.response["Error"]["Code"] in ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+# ---- batches -------------------------------------------------------------------------------------
+
+def put_batch(item: dict[str, Any]) -> bool:
+    """Store a new batch header (`item` holds the Batch fields plus internal ones).
+
+    Returns False when a batch with that id exists already (idempotent create).
+    """
+    record = {"PK": batch_pk(item["id"]), "SK": META, "GSI1PK": f"ACCOUNT#{item['account_id']}",
+              "GSI1SK": f"{item['created_at']:010d}#{item['id']}", **item}
+    try:
+        table().put_item(Item=record, ConditionExpression="attribute_not_exists(PK)")
+    except ClientError as error:
+        if _condition_failed(error):
+            return False
+        raise
+    return True
+
+
+def get_batch(batch_id: str, *, consistent: bool = True) -> dict[str, Any] | None:
+    """The batch header item, or None."""
+    item = table().get_item(Key={"PK": batch_pk(batch_id), "SK": META}, ConsistentRead=consistent).get("Item")
+    return plain(item) if item else None
+
+
+def transition(batch_id: str, target: BatchStatus, *, sets: dict[str, Any] | None = None,
+               condition: str | None = None, values: dict[str, Any] | None = None,
+               at: int | None = None) -> dict[str, Any] | None:
+    """Move a batch to `target` if its status is an allowed source (and `condition` holds).
+
+    `sets` are extra attributes to SET; `condition`/`values` an extra ConditionExpression and its
+    `:placeholders`. Stamps the status's timestamp field (`in_progress_at`, ...). Returns the new item,
+    or None when the condition failed (a concurrent or repeated step: a no-op, not an error).
+    """
+    sets = dict(sets or {})
+    sets[TIMESTAMP_FIELD[target]] = at if at is not None else now()
+    names = {"#status": "status"}
+    vals: dict[str, Any] = {":target": target.value}
+    assignments = ["#status = :target"]
+    for i, (name, value) in enumerate(sets.items()):
+        names[f"#a{i}"] = name
+        vals[f":a{i}"] = value
+        assignments.append(f"#a{i} = :a{i}")
+    sources = sorted(allowed_sources(target))
+    for i, source in enumerate(sources):
+        vals[f":s{i}"] = source.value
+    cond = f"#status IN ({', '.join(f':s{i}' for i in range(len(sources)))})"
+    if condition:
+        cond = f"({cond}) AND ({condition})"
+        vals.update(values or {})
+    try:
+        result = table().update_item(
+            Key={"PK": batch_pk(batch_id), "SK": META}, UpdateExpression="SET " + ", ".join(assignments),
+            ConditionExpression=cond, ExpressionAttributeNames=names, ExpressionAttributeValues=vals,
+            ReturnValues="ALL_NEW")
+    except ClientError as error:
+        if _condition_failed(error):
+            return None
+        raise
+    return plain(result["Attributes"])
+
+
+def update_batch(batch_id: str, *, sets: dict[str, Any], condition: str,
+                 values: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """SET attributes of a batch header under `condition`; the new item, or None if it failed."""
+    attr_names = dict(names or {})
+    vals = dict(values or {})
+    assignments = []
+    for i, (name, value) in enumerate(sets.items()):
+        attr_names[f"#u{i}"] = name
+        vals[f":u{i}"] = value
+        assignments.append(f"#u{i} = :u{i}")
+    try:
+        result = table().update_item(
+            Key={"PK": batch_pk(batch_id), "SK": META}, UpdateExpression="SET " + ", ".join(assignments),
+            ConditionExpression=condition, ExpressionAttributeNames=attr_names,
+            ExpressionAttributeValues=vals, ReturnValues="ALL_NEW")
+    except ClientError as error:
+        if _condition_failed(error):
+            return None
+        raise
+    return plain(result["Attributes"])
+
+
+def list_batches(account_id: str, *, limit: int, after: str | None) -> tuple[list[dict[str, Any]], bool]:
+    """An account's batches newest first: (`limit` items after batch `after`, has_more)."""
+    kwargs: dict[str, Any] = {
+        "IndexName": "GSI1", "KeyConditionExpression": "GSI1PK = :pk",
+        "ExpressionAttributeValues": {":pk": f"ACCOUNT#{account_id}"},
+        "ScanIndexForward": False, "Limit": limit + 1}
+    if after:
+        anchor = get_batch(after, consistent=False)
+        if anchor is None or anchor.get("account_id") != account_id:
+            return [], False
+        kwargs["ExclusiveStartKey"] = {"PK": anchor["PK"], "SK": META, "GSI1PK": anchor["GSI1PK"],
+                                       "GSI1SK": anchor["GSI1SK"]}
+    items: list[dict[str, Any]] = []
+    while True:
+        page = table().query(**kwargs)
+        items.extend(plain(i) for i in page["Items"] if i["PK"].startswith("BATCH#"))
+        if len(items) > limit or "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return items[:limit], len(items) > limit
+
+
+def scan_open_batches() -> Iterator[dict[str, Any]]:
+    """Every non-terminal batch header (for the sweeper)."""
+    open_statuses = [s.value for s in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
+                                       BatchStatus.FINALIZING, BatchStatus.CANCELLING)]
+    kwargs: dict[str, Any] = {
+        "FilterExpression": "SK = :meta AND begins_with(PK, :batch) AND #status IN (:o0, :o1, :o2, :o3)",
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {":meta": META, ":batch": "BATCH#",
+                                      **{f":o{i}": s for i, s in enumerate(open_statuses)}}}
+    while True:
+        page = table().scan(**kwargs)
+        yield from (plain(i) for i in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+# ---- shards --------------------------------------------------------------------------------------
+
+def put_shard(batch_id: str, shard: dict[str, Any]) -> None:
+    """Create a shard item unless it exists (a repeated prepare must not reset a finished shard)."""
+    item = {"PK": batch_pk(batch_id), "SK": shard_sk(shard["shard"]), "state": "pending", "next_index": 0,
+            "parts": [], "completed": 0, "failed": 0, "attempts": 0, **shard}
+    try:
+        table().put_item(Item=item, ConditionExpression="attribute_not_exists(PK)")
+    except ClientError as error:
+        if not _condition_failed(error):
+            raise
+
+
+def get_shard(batch_id: str, shard: int) -> dict[str, Any] | None:
+    item = table().get_item(Key={"PK": batch_pk(batch_id), "SK": shard_sk(shard)}, ConsistentRead=True).get("Item")
+    return plain(item) if item else None
+
+
+def query_shards(batch_id: str) -> Iterator[dict[str, Any]]:
+    """A batch's shard items in shard order (consistent reads)."""
+    kwargs: dict[str, Any] = {
+        "KeyConditionExpression": "PK = :pk AND begins_with(SK, :shard)", "ConsistentRead": True,
+        "ExpressionAttributeValues": {":pk": batch_pk(batch_id), ":shard": "SHARD#"}}
+    while True:
+        page = table().query(**kwargs)
+        yield from (plain(i) for i in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def claim_shard(batch_id: str, shard: int, *, owner: str, lease_seconds: int) -> dict[str, Any] | None:
+    """Lease a pending shard to `owner` for `lease_seconds` (so one message runs it at a time).
+
+    Returns the shard item, or None when it is done or leased by a live owner.
+    """
+    at = now()
+    try:
+        result = table().update_item(
+            Key={"PK": batch_pk(batch_id), "SK": shard_sk(shard)},
+            UpdateExpression="SET lease_owner = :owner, lease_until = :until, attempts = attempts + :one",
+            ConditionExpression="#state = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues={":owner": owner, ":until": at + lease_seconds, ":one": 1,
+                                       ":pending": "pending", ":now": at},
+            ReturnValues="ALL_NEW")
+    except ClientError as error:
+        if _condition_failed(error):
+            return None
+        raise
+    return plain(result["Attributes"])
+
+
+def release_shard(batch_id: str, shard: int, *, owner: str) -> None:
+    """Give up a lease early (continuations), so the next message can claim the shard at once."""
+    try:
+        table().update_item(
+            Key={"PK": batch_pk(batch_id), "SK": shard_sk(shard)}, UpdateExpression="REMOVE lease_until",
+            ConditionExpression="lease_owner = :owner", ExpressionAttributeValues={":owner": owner})
+    except ClientError as error:
+        if not _condition_failed(error):
+            raise
+
+
+def commit_shard(batch_id: str, shard: int, *, start: int, end: int, size: int, part: dict[str, Any],
+                 completed: int, failed: int, input_tokens: int, output_tokens: int) -> bool:
+    """Record requests `[start, end)` of a shard as done, with the batch counts, in one transaction.
+
+    The shard's condition (`state = pending AND next_index = :start`) makes a repeated commit of the
+    same work fail, so a redelivered message never counts twice; the header's condition (not sealed)
+    keeps a batch that is being finalized from changing under the aggregator. Returns False when a
+    condition failed (nothing was written).
+    """
+    done = end >= size
+    at = now()
+    shard_update = {
+        "Update": {
+            "TableName": table().name,
+            "Key": {"PK": batch_pk(batch_id), "SK": shard_sk(shard)},
+            "UpdateExpression": ("SET next_index = :end, parts = list_append(parts, :part), #state = :state, "
+                                 "completed = completed + :c, failed = failed + :f, updated_at = :now "
+                                 "REMOVE lease_until"),
+            "ConditionExpression": "#state = :pending AND next_index = :start",
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": {":end": end, ":part": [part], ":state": "done" if done else "pending",
+                                          ":c": completed, ":f": failed, ":now": at, ":pending": "pending",
+                                          ":start": start},
+        }
+    }
+    header_update = {
+        "Update": {
+            "TableName": table().name,
+            "Key": {"PK": batch_pk(batch_id), "SK": META},
+            "UpdateExpression": ("SET request_counts.completed = request_counts.completed + :c, "
+                                 "request_counts.failed = request_counts.failed + :f, "
+                                 "#usage.input_tokens = #usage.input_tokens + :in, "
+                                 "#usage.output_tokens = #usage.output_tokens + :out, "
+                                 "#usage.total_tokens = #usage.total_tokens + :tot, "
+                                 "shards_done = shards_done + :d, progress_at = :now"),
+            "ConditionExpression": "attribute_not_exists(sealed)",
+            "ExpressionAttributeNames": {"#usage": "usage"},
+            "ExpressionAttributeValues": {":c": completed, ":f": failed, ":in": input_tokens,
+                                          ":out": output_tokens, ":tot": input_tokens + output_tokens,
+                                          ":d": 1 if done else 0, ":now": at},
+        }
+    }
+    try:
+        table().meta.client.transact_write_items(TransactItems=[shard_update, header_update])
+    except ClientError as error:
+        if _condition_failed(error):
+            return False
+        raise
+    return True
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+def put_file(item: dict[str, Any]) -> None:
+    """Store (or overwrite) a file record; `item` holds the File fields plus `account_id`, `bucket`, `key`."""
+    table().put_item(Item={"PK": f"FILE#{item['id']}", "SK": META, "GSI1PK": f"FILES#{item['account_id']}",
+                           "GSI1SK": f"{item['created_at']:010d}#{item['id']}", **item})
+
+
+def list_files(account_id: str, *, limit: int) -> list[dict[str, Any]]:
+    """An account's files, newest first (at most `limit`)."""
+    page = table().query(IndexName="GSI1", KeyConditionExpression="GSI1PK = :pk", ScanIndexForward=False,
+                         ExpressionAttributeValues={":pk": f"FILES#{account_id}"}, Limit=limit)
+    return [plain(i) for i in page["Items"]]
+
+
+def get_file(file_id: str) -> dict[str, Any] | None:
+    item = table().get_item(Key={"PK": f"FILE#{file_id}", "SK": META}).get("Item")
+    return plain(item) if item else None
+
+
+def delete_file(file_id: str) -> None:
+    table().delete_item(Key={"PK": f"FILE#{file_id}", "SK": META})

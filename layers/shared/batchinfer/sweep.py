@@ -1,0 +1,45 @@
+"""The sweeper: expiry and recovery of lost steps, run on a schedule.
+
+For every open batch: past `expires_at` -> seal it as expiring and ask the aggregator to end it;
+a lost prepare, shard or finalize message (no progress for `stuck_after` seconds) -> send it again.
+Every re-sent message is safe to receive twice.
+"""
+
+from __future__ import annotations
+
+from batchinfer import queues, store
+from batchinfer.settings import get_settings
+from batchinfer.status import BatchStatus
+
+
+def sweep() -> dict[str, int]:
+    """One pass over the open batches. Returns counts of actions taken, by kind."""
+    settings = get_settings()
+    at = store.now()
+    actions = {"expired": 0, "prepare": 0, "shards": 0, "finalize": 0}
+    for header in store.scan_open_batches():
+        batch_id, status = header["id"], BatchStatus(header["status"])
+        last = max(header.get(k) or 0 for k in ("created_at", "in_progress_at", "progress_at", "finalizing_at",
+                                                "cancelling_at"))
+        quiet = at - last >= settings.stuck_after_seconds
+        if status == BatchStatus.IN_PROGRESS and at >= header["expires_at"]:
+            if store.transition(batch_id, BatchStatus.FINALIZING, at=at, sets={
+                    "sealed": True, "final_status": BatchStatus.EXPIRED.value}):
+                queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
+                actions["expired"] += 1
+        elif status == BatchStatus.VALIDATING and quiet:
+            queues.send(settings.prepare_queue_url, [queues.BatchMessage(batch_id=batch_id)])
+            actions["prepare"] += 1
+        elif status == BatchStatus.IN_PROGRESS and quiet:
+            if header["shards_done"] >= header["shards_total"]:
+                queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
+                actions["finalize"] += 1
+                continue
+            stuck = [queues.ShardMessage(batch_id=batch_id, shard=s["shard"]) for s in store.query_shards(batch_id)
+                     if s["state"] == "pending" and (s.get("lease_until") or 0) < at]
+            queues.send(settings.shards_queue_url, stuck)
+            actions["shards"] += len(stuck)
+        elif status in (BatchStatus.FINALIZING, BatchStatus.CANCELLING) and quiet:
+            queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
+            actions["finalize"] += 1
+    return actions

@@ -1,0 +1,41 @@
+"""Batches started by uploading a `.jsonl` under the inbox prefix of the service bucket.
+
+Convention: `inbox/<path>.jsonl` becomes a `/v1/chat/completions` batch with a 24h window; its
+results land in `outbox/<path>/output.jsonl` and `outbox/<path>/error.jsonl`. The batch id is derived
+from the object (bucket, key, version or ETag), so a repeated event never starts a second batch.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
+
+from batchinfer import ids, intake
+from batchinfer.api.accounts import DEFAULT_ACCOUNT
+from batchinfer.schemas import CHAT_ENDPOINT
+from batchinfer.settings import get_settings
+
+
+def outbox_prefix(key: str) -> str:
+    """`inbox/a/b.jsonl` -> `outbox/a/b/`."""
+    settings = get_settings()
+    relative = key[len(settings.inbox_prefix):] if key.startswith(settings.inbox_prefix) else key
+    return f"{settings.outbox_prefix}{relative.removesuffix('.jsonl')}/"
+
+
+def start_from_record(record: S3EventRecord) -> str | None:
+    """Create the batch of one S3 `ObjectCreated` record; returns its id, or None for other keys.
+
+    `record.s3.get_object.key` is the URL-decoded key (`unquote_plus`, applied exactly once by
+    Powertools' `S3Event` data class).
+    """
+    settings = get_settings()
+    bucket, obj = record.s3.bucket.name, record.s3.get_object
+    key = obj.key
+    if not (key.startswith(settings.inbox_prefix) and key.endswith(".jsonl")):
+        return None
+    version = obj.version_id or obj.etag or obj.sequencer or ""
+    batch_id = ids.batch_id_for_object(bucket, key, version)
+    intake.create_batch(batch_id=batch_id, account_id=DEFAULT_ACCOUNT, input_file_id=f"s3://{bucket}/{key}",
+                        input_bucket=bucket, input_key=key, endpoint=CHAT_ENDPOINT, completion_window="24h",
+                        output_bucket=bucket, output_prefix=outbox_prefix(key))
+    return batch_id

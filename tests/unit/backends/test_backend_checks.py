@@ -1,0 +1,192 @@
+"""Checks shared by every backend, and the request validation they do before any model runs."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from batchinfer.backends import BackendError, ModelRegistry
+from batchinfer.backends.common import require_utf8, unencodable_path
+from batchinfer.backends.openai_compat import parse_retry_after
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"messages": [{"role": "user", "content": "fine \u00e9\u4f60\U0001f600 \x00 nul"}]}, None),
+        ({"messages": [{"role": "user", "content": "broken \ud800 here"}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+            "messages[0].content[0].text",
+        ),
+        ({"metadata": {"k\udc80": "v"}}, "metadata.k\udc80"),
+        ({"stop": ["ok", "\ud83d"]}, "stop[1]"),
+    ],
+)
+def test_unencodable_path_points_at_the_first_lone_surrogate(body: dict[str, Any], path: str | None) -> None:
+    assert unencodable_path(body) == path
+
+
+def test_require_utf8_raises_invalid_encoding() -> None:
+    with pytest.raises(BackendError) as caught:
+        require_utf8({"messages": [{"role": "user", "content": "broken \ud800 here"}]})
+
+    error = caught.value
+    assert (error.status_code, error.code, error.param, error.retryable) == (
+        400,
+        "invalid_encoding",
+        "messages[0].content",
+        False,
+    )
+    assert error.body() == {
+        "error": {
+            "message": "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
+            "and is not valid Unicode text.",
+            "type": "invalid_request_error",
+            "param": "messages[0].content",
+            "code": "invalid_encoding",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, None),
+        ("", None),
+        ("7", 7.0),
+        (" 1.5 ", 1.5),
+        ("-3", 0.0),
+        ("soon", None),
+        ("nan", None),
+        ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),
+    ],
+)
+def test_parse_retry_after_reads_seconds_and_http_dates(header: str | None, seconds: float | None) -> None:
+    now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
+
+    assert parse_retry_after(header, now=now) == seconds
+
+
+SMOLLM2 = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Any:
+    # Building the backend resolves the GGUF but loads nothing: these requests fail validation first.
+    return ModelRegistry.from_dict({"models": {SMOLLM2: {"backend": "llama_cpp"}}}).backend(SMOLLM2)
+
+
+def _user(text: str = "hi") -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "param", "message"),
+    [
+        ({}, 400, "missing_required_parameter", "messages", "Missing required parameter: 'messages'."),
+        (
+            {"messages": []},
+            400,
+            "invalid_value",
+            "messages",
+            "Invalid value for 'messages': List should have at least 1 item after validation, not 0.",
+        ),
+        (
+            {"messages": [{"role": "tool", "content": "x"}]},
+            400,
+            "invalid_value",
+            "messages[0].role",
+            "Invalid value for 'messages[0].role': "
+            "Input should be 'system', 'developer', 'user' or 'assistant'.",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": None}]},
+            400,
+            "invalid_value",
+            "messages[0].content",
+            "Invalid value for 'messages[0].content': Input should be a valid string.",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            400,
+            "invalid_value",
+            "messages[0].content",
+            "Invalid value for 'messages[0].content': "
+            "content part 0 is not a text part; this model accepts text only.",
+        ),
+        (
+            {"messages": _user(), "max_tokens": 0},
+            400,
+            "invalid_value",
+            "max_tokens",
+            "Invalid value for 'max_tokens': Input should be greater than or equal to 1.",
+        ),
+        (
+            {"messages": _user(), "temperature": 2.5},
+            400,
+            "invalid_value",
+            "temperature",
+            "Invalid value for 'temperature': Input should be less than or equal to 2.",
+        ),
+        (
+            {"messages": _user(), "stop": ["a", "b", "c", "d", "e"]},
+            400,
+            "invalid_value",
+            "stop",
+            "Invalid value for 'stop': at most 4 stop sequences are allowed.",
+        ),
+        (
+            {"messages": _user(), "n": 2},
+            400,
+            "unsupported_value",
+            "n",
+            "Only n=1 is supported by this model.",
+        ),
+        (
+            {"messages": _user(), "logprobs": True},
+            400,
+            "unsupported_parameter",
+            "logprobs",
+            "logprobs are not supported by this model.",
+        ),
+        (
+            {"messages": _user(), "tools": [{"type": "function", "function": {"name": "f"}}]},
+            400,
+            "unsupported_parameter",
+            "tools",
+            "'tools' are not supported by this model.",
+        ),
+        (
+            {"messages": _user("broken \ud800 here")},
+            400,
+            "invalid_encoding",
+            "messages[0].content",
+            "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
+            "and is not valid Unicode text.",
+        ),
+    ],
+)
+def test_llama_cpp_rejects_bad_bodies_before_generating(
+    smollm2: Any,
+    body: dict[str, Any],
+    status: int,
+    code: str,
+    param: str,
+    message: str,
+) -> None:
+    with pytest.raises(BackendError) as caught:
+        asyncio.run(smollm2.chat_completion({"model": SMOLLM2, **body}))
+
+    error = caught.value
+    assert (error.status_code, error.code, error.param, error.message, error.retryable) == (
+        status,
+        code,
+        param,
+        message,
+        False,
+    )
+    assert error.type == "invalid_request_error"

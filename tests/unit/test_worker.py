@@ -1,0 +1,103 @@
+"""The worker's pure parts: shard parsing, bounded concurrency, the time limit, retries, rendering."""
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from batchinfer import worker
+from batchinfer.backends.base import BackendError
+from batchinfer.worker import Outcome, Request, parse_shard, render, run_requests
+
+
+class ScriptedBackend:
+    """A backend whose answers a test scripts: the worker's contract is the protocol, not a model."""
+
+    def __init__(self, failures: dict[str, list[BackendError]] | None = None, delay: float = 0.0) -> None:
+        self.failures = failures or {}
+        self.calls: list[str] = []
+        self.in_flight = self.peak = 0
+        self.delay = delay
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body["messages"][0]["content"]
+        self.calls.append(prompt)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+            if self.failures.get(prompt):
+                raise self.failures[prompt].pop(0)
+            return {"id": f"chatcmpl-{prompt}", "object": "chat.completion", "choices": [],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+        finally:
+            self.in_flight -= 1
+
+
+def _requests(n: int) -> list[Request]:
+    return [Request(i + 1, f"c{i}", {"messages": [{"role": "user", "content": f"p{i}"}]}) for i in range(n)]
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "BACKOFF_BASE_S", 0.0)
+
+
+def test_parse_shard_keeps_line_numbers_and_u2028() -> None:
+    data = b'3\t{"custom_id":"a","body":{"x":"one\xe2\x80\xa8two"}}\n7\t{"custom_id":"b","body":{}}\n'
+    assert parse_shard(data) == [Request(3, "a", {"x": "one\u2028two"}), Request(7, "b", {})]
+
+
+def test_concurrency_is_bounded_and_order_kept() -> None:
+    backend = ScriptedBackend(delay=0.01)
+    outcomes = asyncio.run(run_requests(backend, _requests(20), "batch_x", concurrency=4,
+                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    assert backend.peak == 4
+    assert [o.request.custom_id for o in outcomes] == [f"c{i}" for i in range(20)]
+    assert all(o.status_code == 200 for o in outcomes)
+
+
+def test_stops_launching_near_the_time_limit() -> None:
+    clock = iter([10_000, 10_000, 10_000, 100])  # the 4th launch sees too little time left
+    outcomes = asyncio.run(run_requests(ScriptedBackend(), _requests(10), "batch_x", concurrency=1,
+                                        time_left_ms=lambda: next(clock), reserve_ms=1_000))
+    assert [o.request.custom_id for o in outcomes] == ["c0", "c1", "c2"]
+
+
+def test_retryable_errors_are_retried_then_recorded() -> None:
+    backend = ScriptedBackend(failures={
+        "p0": [BackendError(503, "busy", retryable=True)],
+        "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)] * worker.MAX_ATTEMPTS,
+        "p2": [BackendError(400, "bad", code="context_length_exceeded")],
+    })
+    outcomes = asyncio.run(run_requests(backend, _requests(3), "batch_x", concurrency=1,
+                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    assert [o.status_code for o in outcomes] == [200, 429, 400]
+    assert backend.calls.count("p0") == 2
+    assert backend.calls.count("p1") == worker.MAX_ATTEMPTS
+    assert backend.calls.count("p2") == 1  # a 4xx is the request's fault: never retried
+    assert outcomes[2].body == {"error": {"message": "bad", "type": "invalid_request_error", "param": None,
+                                          "code": "context_length_exceeded"}}
+
+
+def test_lone_surrogate_is_a_per_line_400_and_never_reaches_the_backend() -> None:
+    backend = ScriptedBackend()
+    bad = Request(2, "e-2", {"messages": [{"role": "user", "content": "broken \ud800 here"}]})
+    outcomes = asyncio.run(run_requests(backend, [bad, *_requests(1)], "batch_x", concurrency=2,
+                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    assert [o.status_code for o in outcomes] == [400, 200]
+    assert outcomes[0].body["error"]["code"] == "invalid_encoding"
+    assert backend.calls == ["p0"]
+
+
+def test_render_puts_successes_first_and_counts_tokens() -> None:
+    ok = Outcome(Request(1, "a", {}), 200, {"usage": {"prompt_tokens": 3, "completion_tokens": 2}}, "r1")
+    bad = Outcome(Request(2, "b", {}), 400, {"error": {"message": "m"}}, "r2")
+    ok2 = Outcome(Request(3, "c", {}), 200, {"usage": {"prompt_tokens": 1, "completion_tokens": 1}}, "r3")
+    data, output_bytes, counts = render("batch_x", [ok, bad, ok2])
+    lines = [json.loads(line) for line in data.splitlines()]
+    assert [line["custom_id"] for line in lines] == ["a", "c", "b"]
+    assert data[:output_bytes].count(b"\n") == 2
+    assert lines[2]["response"] == {"status_code": 400, "request_id": "r2", "body": {"error": {"message": "m"}}}
+    assert counts == {"completed": 2, "failed": 1, "input_tokens": 4, "output_tokens": 3}
