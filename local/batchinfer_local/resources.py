@@ -58,7 +58,7 @@ class Resources:
     """Physical identities of the created resources, by logical id.
 
     `queue_urls`/`queue_arns` include dead-letter queues; `redrive` maps a queue's logical id
-    to `(dlq_logical_id, maxReceiveCount)`; `visibility_timeouts` is in seconds.
+    to `(dlq_logical_id, maxReceiveCount)`; `visibility_timeouts` is in seconds; `notification_queues` are the queues S3 notifications go to.
     """
 
     tables: dict[str, str] = field(default_factory=dict)
@@ -67,6 +67,7 @@ class Resources:
     queue_arns: dict[str, str] = field(default_factory=dict)
     redrive: dict[str, tuple[str, int]] = field(default_factory=dict)
     visibility_timeouts: dict[str, int] = field(default_factory=dict)
+    notification_queues: set[str] = field(default_factory=set)
 
     def queue_by_arn(self, arn: str) -> str:
         """The logical id of the queue with `arn`.
@@ -198,7 +199,7 @@ def _put_notifications(s3: Any, made: Resources, logical_id: str, notification: 
             raise TemplateError(f"{logical_id}: {unsupported} is not emulated locally (only QueueConfigurations)")
     configurations = []
     for index, item in enumerate(notification.get("QueueConfigurations", [])):
-        made.queue_by_arn(item["Queue"])  # must be a queue of this template
+        made.notification_queues.add(made.queue_by_arn(item["Queue"]))  # must be a queue of this template
         configuration: dict[str, Any] = {
             "Id": f"{logical_id}-{index}",
             "QueueArn": item["Queue"],

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from .functions import FunctionSpec, Handler, ScheduleEventSpec, SqsEventSpec
+from .moto_compat import md5_hex
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,8 @@ class SqsPoller(threading.Thread):
     messages that succeeded and makes the failed ones visible again after `redelivery_delay`
     seconds (SQS takes whole seconds). A handler error fails the whole batch; with
     ReportBatchItemFailures only the reported messages fail. Moving a message to the DLQ after
-    maxReceiveCount receives is done by SQS (moto) on receive, as in AWS.
+    maxReceiveCount receives is done by SQS (moto) on receive, as in AWS. `transform`, if given,
+    rewrites each body before delivery (see `moto_compat`), with md5OfBody recomputed.
     """
 
     def __init__(
@@ -198,9 +200,11 @@ class SqsPoller(threading.Thread):
         region: str,
         redelivery_delay: float,
         stopping: threading.Event,
+        transform: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__(name=f"sqs-{runtime.spec.logical_id}-{source.name}", daemon=True)
         self.runtime, self.source, self.queue_url = runtime, source, queue_url
+        self._transform = transform
         self._sqs, self._region, self._stopping = sqs, region, stopping
         self._delay = max(0, round(redelivery_delay))
 
@@ -229,6 +233,11 @@ class SqsPoller(threading.Thread):
                 MessageAttributeNames=["All"],
             )
             batch = response.get("Messages", [])
+            if self._transform is not None:
+                for message in batch:
+                    body = self._transform(message["Body"])
+                    if body != message["Body"]:
+                        message["Body"], message["MD5OfBody"] = body, md5_hex(body)
             messages.extend(batch)
             if not batch or self._stopping.is_set():
                 break

@@ -18,6 +18,7 @@ from moto.server import ThreadedMotoServer
 
 from .functions import FunctionSpec, ScheduleEventSpec, SqsEventSpec, function_specs, load_handler, merged_environment
 from .http import HttpApiServer, Route, Router
+from .moto_compat import complete_s3_notification
 from .resources import Resources, create_resources
 from .runtime import Activity, FunctionRuntime, ScheduleRunner, SqsPoller
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
@@ -144,6 +145,7 @@ class LocalStack:
         if self._moto is not None:
             self._moto.stop()
             self._moto = None
+        self._endpoint = None
         for name in self._modules:
             sys.modules.pop(name, None)
         self._modules.clear()
@@ -323,6 +325,7 @@ class LocalStack:
                             LOCAL_REGION,
                             self.redelivery_delay,
                             self._stopping,
+                            complete_s3_notification if queue in resources.notification_queues else None,
                         )
                     )
                 elif isinstance(source, ScheduleEventSpec):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,22 @@ class Settings(BaseSettings):
     time_reserve_ms: int = Field(30_000, ge=0)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.
     stuck_after_seconds: int = Field(900, ge=1)
+    # Per-account limits (an account item may override them): batch creations per calendar
+    # minute and batches not yet terminal. Over either, POST /v1/batches answers 429.
+    max_creates_per_minute: int = Field(20, ge=1)
+    max_active_batches: int = Field(10, ge=1)
+    # The account that owns batches started by an inbox upload (no API key is involved).
+    inbox_account_id: str = "default"
+    # Lifetime of presigned S3 URLs: downloads (large file contents, user-path results) and uploads.
+    presign_seconds: int = Field(900, ge=60, le=7 * 24 * 3600)
+    upload_expires_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)
+    # `cos://bucket.region/key` paths (TokenHub dialect) go to this S3-compatible endpoint; `{region}`
+    # is replaced by the path's region (Tencent COS: https://cos.{region}.myqcloud.com). Empty: no COS.
+    cos_endpoint_url: str = ""
+    cos_addressing_style: Literal["auto", "virtual", "path"] = "virtual"
+    # Secrets Manager secret (name or ARN) holding {"access_key_id", "secret_access_key"} for COS;
+    # empty: the default AWS credential chain (local stacks).
+    cos_credentials_secret: str = ""
 
 
 @lru_cache(maxsize=1)

@@ -2,6 +2,8 @@
 
 Keys in the service bucket (DESIGN.md): `files/<file_id>`, `batches/<id>/shards/<n>.jsonl`,
 `batches/<id>/results/<n>.<start>.jsonl`, `batches/<id>/output.jsonl`, `batches/<id>/error.jsonl`.
+Objects in user storage (TokenHub paths) take `where` (see `batchinfer.locations`): `""` or None is
+AWS S3, `"cos:<region>"` the configured COS endpoint.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
 
-from batchinfer.aws import client
+from batchinfer.locations import s3_client
 
 CHUNK_BYTES = 1024 * 1024
 # 8 MiB parts: above S3's 5 MiB multipart minimum, and bounded memory (s3transfer queues a few).
@@ -29,7 +32,8 @@ def result_key(batch_id: str, shard: int, start: int) -> str:
     return f"batches/{batch_id}/results/{shard:05d}.{start:05d}.jsonl"
 
 
-def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None,
+                where: str | None = None) -> Iterator[bytes]:
     """The bytes of an object (or of the range `[start, end)`) in chunks of about 1 MiB.
 
     Raises botocore `ClientError` (`NoSuchKey`, `AccessDenied`) when the object can't be read.
@@ -39,20 +43,21 @@ def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None
         if end is not None and end <= start:
             return
         kwargs["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
-    body = client("s3").get_object(**kwargs)["Body"]
+    body = s3_client(where).get_object(**kwargs)["Body"]
     try:
         yield from body.iter_chunks(CHUNK_BYTES)
     finally:
         body.close()
 
 
-def get_bytes(bucket: str, key: str) -> bytes:
+def get_bytes(bucket: str, key: str, *, where: str | None = None) -> bytes:
     """A whole (small) object: shard inputs and results, never user files."""
-    return client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    return s3_client(where).get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
-def put_bytes(bucket: str, key: str, data: bytes, content_type: str = "application/jsonl") -> None:
-    client("s3").put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
+def put_bytes(bucket: str, key: str, data: bytes, content_type: str = "application/jsonl", *,
+              where: str | None = None) -> None:
+    s3_client(where).put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
 
 
 class _IterReader(io.RawIOBase):
@@ -79,21 +84,44 @@ class _IterReader(io.RawIOBase):
         return size
 
 
-def upload_stream(bucket: str, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl") -> int:
+def upload_stream(bucket: str, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl", *,
+                  where: str | None = None) -> int:
     """Stream chunks into one object (multipart above 8 MiB, by s3transfer). Returns bytes written."""
     reader = _IterReader(chunks)
-    client("s3").upload_fileobj(io.BufferedReader(reader, CHUNK_BYTES), bucket, key,
+    s3_client(where).upload_fileobj(io.BufferedReader(reader, CHUNK_BYTES), bucket, key,
                                 ExtraArgs={"ContentType": content_type}, Config=_TRANSFER)
     return reader.total
 
 
-def presigned_get(bucket: str, key: str, *, expires_in: int = 900, filename: str | None = None) -> str:
-    """A short-lived (seconds) download URL for an object."""
+def presigned_get(bucket: str, key: str, *, expires_in: int = 900, filename: str | None = None,
+                  where: str | None = None) -> str:
+    """A short-lived (`expires_in` seconds) download URL for an object."""
     params: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if filename:
         params["ResponseContentDisposition"] = f'attachment; filename="{filename}"'
-    return client("s3").generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in)
+    return s3_client(where).generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in)
 
 
-def delete(bucket: str, key: str) -> None:
-    client("s3").delete_object(Bucket=bucket, Key=key)
+def presigned_put(bucket: str, key: str, *, expires_in: int, content_type: str | None = None) -> str:
+    """A URL that accepts one `PUT` of the object's bytes for `expires_in` seconds (service bucket).
+
+    With `content_type`, the PUT must send that `Content-Type` (it is part of the signature).
+    """
+    params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if content_type:
+        params["ContentType"] = content_type
+    return s3_client().generate_presigned_url("put_object", Params=params, ExpiresIn=expires_in)
+
+
+def size(bucket: str, key: str, *, where: str | None = None) -> int | None:
+    """The size in bytes of an object, or None when there is no such object."""
+    try:
+        return int(s3_client(where).head_object(Bucket=bucket, Key=key)["ContentLength"])
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+def delete(bucket: str, key: str, *, where: str | None = None) -> None:
+    s3_client(where).delete_object(Bucket=bucket, Key=key)

@@ -7,6 +7,8 @@ from the object (bucket, key, version or ETag), so a repeated event never starts
 
 from __future__ import annotations
 
+from urllib.parse import unquote_plus
+
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 
 from batchinfer import ids, intake
@@ -25,12 +27,13 @@ def outbox_prefix(key: str) -> str:
 def start_from_record(record: S3EventRecord) -> str | None:
     """Create the batch of one S3 `ObjectCreated` record; returns its id, or None for other keys.
 
-    `record.s3.get_object.key` is the URL-decoded key (`unquote_plus`, applied exactly once by
-    Powertools' `S3Event` data class).
+    S3 event keys are URL-encoded (`+` for a space): decoded here exactly once with `unquote_plus`
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/notification-content-structure.html).
+    Powertools' per-record `get_object.key` is the raw, still-encoded key.
     """
     settings = get_settings()
     bucket, obj = record.s3.bucket.name, record.s3.get_object
-    key = obj.key
+    key = unquote_plus(obj.key)
     if not (key.startswith(settings.inbox_prefix) and key.endswith(".jsonl")):
         return None
     version = obj.version_id or obj.etag or obj.sequencer or ""

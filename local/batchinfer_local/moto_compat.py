@@ -1,0 +1,69 @@
+"""Where moto's output differs from AWS's in a way handlers would notice, bring it in line.
+
+moto 5.2.5's S3 event notifications (moto/s3/notifications.py `_get_s3_event`):
+- leave out fields that S3 always sends (record `userIdentity`, `requestParameters`,
+  `responseElements`, bucket `ownerIdentity`, object `sequencer`; see
+  https://docs.aws.amazon.com/AmazonS3/latest/userguide/notification-content-structure.html),
+  so a handler parsing them with a strict model (e.g. Powertools' `S3Model`) would fail only locally;
+- encode the object key with `quote_plus(key)`, slashes included (`inbox%2Fa.jsonl`), where S3
+  form-encodes it but leaves `/` as is (`inbox/my+file.jsonl`; reported in
+  https://github.com/minio/minio/issues/11665), so a prefix check on the raw key behaves
+  differently locally. Handlers must `unquote_plus` keys either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+from typing import Any
+from urllib.parse import quote_plus, unquote_plus
+
+# moto's default identity (the SenderId moto puts on SQS messages) and a stand-in bucket owner.
+LOCAL_PRINCIPAL = "AIDAIT2UOQQY3AUEKVGXU"
+LOCAL_OWNER = "A1LOCALSTACKOWNER"
+
+
+def complete_s3_notification(body: str) -> str:
+    """`body` with each S3 event record as S3 sends it: missing fields added, key encoded as S3 does.
+
+    Bodies that are not S3 event notifications (e.g. the `s3:TestEvent`) come back unchanged;
+    other values moto sent are kept.
+    """
+    try:
+        event = json.loads(body)
+    except ValueError:
+        return body
+    records = event.get("Records") if isinstance(event, dict) else None
+    if not isinstance(records, list) or not all(_is_s3_record(record) for record in records):
+        return body
+    for record in records:
+        record.setdefault("userIdentity", {"principalId": f"AWS:{LOCAL_PRINCIPAL}"})
+        record.setdefault("requestParameters", {"sourceIPAddress": "127.0.0.1"})
+        record.setdefault(
+            "responseElements",
+            {"x-amz-request-id": os.urandom(8).hex().upper(), "x-amz-id-2": base64.b64encode(os.urandom(48)).decode()},
+        )
+        record["s3"]["bucket"].setdefault("ownerIdentity", {"principalId": LOCAL_OWNER})
+        obj = record["s3"].get("object")
+        if isinstance(obj, dict):
+            obj.setdefault("sequencer", f"{time.time_ns():018X}")
+            if isinstance(obj.get("key"), str):
+                obj["key"] = quote_plus(unquote_plus(obj["key"]), safe="/")
+    return json.dumps(event)
+
+
+def _is_s3_record(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and record.get("eventSource") == "aws:s3"
+        and isinstance(record.get("s3"), dict)
+        and isinstance(record["s3"].get("bucket"), dict)
+    )
+
+
+def md5_hex(text: str) -> str:
+    """The MD5OfBody SQS reports for a message body."""
+    return hashlib.md5(text.encode("utf-8")).hexdigest()  # noqa: S324 - SQS's checksum, not security

@@ -1,0 +1,219 @@
+"""template.yaml: the deployment contract every stage and the local stack rely on.
+
+Rules checked come from the Lambda SQS event source guide
+(https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html: visibility timeout at
+least 6x the function timeout, a DLQ with maxReceiveCount >= 5) and from the project brief.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchinfer_local.functions import handler_location
+from batchinfer_local.template import load_template, merge_function_globals
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = REPO / "template.yaml"
+TEMPLATE = load_template(TEMPLATE_PATH)
+RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
+FUNCTIONS = sorted(logical_id for logical_id, r in RESOURCES.items() if r["Type"] == "AWS::Serverless::Function")
+
+
+def merged(logical_id: str) -> dict[str, Any]:
+    return merge_function_globals(TEMPLATE, logical_id)
+
+
+def sqs_sources() -> list[tuple[str, str, dict[str, Any]]]:
+    """(function, queue logical id, event properties) for every SQS event source."""
+    found = []
+    for function in FUNCTIONS:
+        for event in (merged(function).get("Events") or {}).values():
+            if event["Type"] == "SQS":
+                queue, attribute = event["Properties"]["Queue"]["Fn::GetAtt"]
+                assert attribute == "Arn"
+                found.append((function, queue, event["Properties"]))
+    return found
+
+
+def test_template_declares_the_pipeline() -> None:
+    assert TEMPLATE["Transform"] == "AWS::Serverless-2016-10-31"
+    assert {logical_id: r["Type"] for logical_id, r in RESOURCES.items()} == {
+        "SharedLayer": "AWS::Serverless::LayerVersion",
+        "BatchTable": "AWS::DynamoDB::Table",
+        "DataBucket": "AWS::S3::Bucket",
+        "DataBucketPolicy": "AWS::S3::BucketPolicy",
+        "UploadsDeadLetterQueue": "AWS::SQS::Queue",
+        "UploadsQueue": "AWS::SQS::Queue",
+        "UploadsQueuePolicy": "AWS::SQS::QueuePolicy",
+        "PrepareDeadLetterQueue": "AWS::SQS::Queue",
+        "PrepareQueue": "AWS::SQS::Queue",
+        "ShardsDeadLetterQueue": "AWS::SQS::Queue",
+        "ShardsQueue": "AWS::SQS::Queue",
+        "FinalizeDeadLetterQueue": "AWS::SQS::Queue",
+        "FinalizeQueue": "AWS::SQS::Queue",
+        "HttpApi": "AWS::Serverless::HttpApi",
+        "ApiFunction": "AWS::Serverless::Function",
+        "UploadTriggerFunction": "AWS::Serverless::Function",
+        "PrepareFunction": "AWS::Serverless::Function",
+        "ShardWorkerFunction": "AWS::Serverless::Function",
+        "AggregatorFunction": "AWS::Serverless::Function",
+        "SweeperFunction": "AWS::Serverless::Function",
+    }
+    assert sorted(TEMPLATE["Outputs"]) == ["ApiUrl", "DataBucketName", "TableName"]
+
+
+def test_globals_environment_names_every_setting() -> None:
+    assert TEMPLATE["Globals"]["Function"]["Environment"]["Variables"] == {
+        "POWERTOOLS_SERVICE_NAME": "batchinfer",
+        "POWERTOOLS_METRICS_NAMESPACE": "batchinfer",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "TABLE_NAME": {"Ref": "BatchTable"},
+        "BUCKET_NAME": {"Fn::Sub": "batchinfer-${AWS::AccountId}-${AWS::Region}-data"},
+        "PREPARE_QUEUE_URL": {"Ref": "PrepareQueue"},
+        "SHARDS_QUEUE_URL": {"Ref": "ShardsQueue"},
+        "FINALIZE_QUEUE_URL": {"Ref": "FinalizeQueue"},
+        "SHARD_SIZE": {"Ref": "ShardSize"},
+        "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
+    }
+    assert RESOURCES["DataBucket"]["Properties"]["BucketName"] == {
+        "Fn::Sub": "batchinfer-${AWS::AccountId}-${AWS::Region}-data"
+    }
+    assert (TEMPLATE["Parameters"]["ShardSize"]["Default"], TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"]) == (100, 8)
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_every_function_handler_file_exists(function: str) -> None:
+    properties = merged(function)
+    path, name = handler_location(REPO, function, properties, RESOURCES[function].get("Metadata") or {})
+    assert path.is_file(), f"{function}: {path} is missing"
+    tree = ast.parse(path.read_text())
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+    assert name in defined, f"{function}: {path} defines no {name}"
+
+
+def test_function_packaging() -> None:
+    runtimes = {function: (merged(function).get("Runtime"), merged(function).get("PackageType", "Zip")) for function in FUNCTIONS}
+    assert runtimes == {
+        "AggregatorFunction": ("python3.12", "Zip"),
+        "ApiFunction": ("python3.12", "Zip"),
+        "PrepareFunction": ("python3.12", "Zip"),
+        "ShardWorkerFunction": (None, "Image"),
+        "SweeperFunction": ("python3.12", "Zip"),
+        "UploadTriggerFunction": ("python3.12", "Zip"),
+    }
+    for function in FUNCTIONS:
+        expected = [] if function == "ShardWorkerFunction" else [{"Ref": "SharedLayer"}]
+        assert merged(function).get("Layers", []) == expected, function
+    assert RESOURCES["ShardWorkerFunction"]["Metadata"] == {
+        "Dockerfile": "functions/shard_worker/Dockerfile",
+        "DockerContext": ".",
+        "DockerTag": "python3.12-v1",
+    }
+    assert (REPO / "functions" / "shard_worker" / "Dockerfile").is_file()
+    assert RESOURCES["SharedLayer"]["Metadata"]["BuildMethod"] == "python3.12"
+
+
+def test_sqs_event_sources_report_batch_item_failures() -> None:
+    sources = sqs_sources()
+    assert sorted((function, queue, props.get("BatchSize")) for function, queue, props in sources) == [
+        ("AggregatorFunction", "FinalizeQueue", 1),
+        ("PrepareFunction", "PrepareQueue", 1),
+        ("ShardWorkerFunction", "ShardsQueue", 1),
+        ("UploadTriggerFunction", "UploadsQueue", 10),
+    ]
+    for function, _, props in sources:
+        assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"], function
+
+
+def test_queue_visibility_timeout_is_at_least_six_times_the_consumer_timeout() -> None:
+    pairs = {}
+    for function, queue, _ in sqs_sources():
+        timeout = merged(function)["Timeout"]
+        visibility = RESOURCES[queue]["Properties"]["VisibilityTimeout"]
+        assert visibility >= 6 * timeout, f"{queue}: {visibility} s < 6 x {function} {timeout} s"
+        pairs[queue] = (visibility, timeout)
+    assert pairs == {
+        "UploadsQueue": (360, 60),
+        "PrepareQueue": (5400, 900),
+        "ShardsQueue": (5400, 900),
+        "FinalizeQueue": (5400, 900),
+    }
+
+
+def test_every_queue_has_its_own_dead_letter_queue() -> None:
+    queues = {lid for lid, r in RESOURCES.items() if r["Type"] == "AWS::SQS::Queue"}
+    consumed = {queue for _, queue, _ in sqs_sources()}
+    dead_letter = {}
+    for queue in consumed:
+        policy = RESOURCES[queue]["Properties"]["RedrivePolicy"]
+        assert policy["maxReceiveCount"] == 5, queue
+        target, attribute = policy["deadLetterTargetArn"]["Fn::GetAtt"]
+        assert attribute == "Arn"
+        dead_letter[queue] = target
+    assert dead_letter == {
+        "UploadsQueue": "UploadsDeadLetterQueue",
+        "PrepareQueue": "PrepareDeadLetterQueue",
+        "ShardsQueue": "ShardsDeadLetterQueue",
+        "FinalizeQueue": "FinalizeDeadLetterQueue",
+    }
+    assert queues == consumed | set(dead_letter.values())
+    for dlq in dead_letter.values():
+        assert RESOURCES[dlq]["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_uploads_under_inbox_notify_the_uploads_queue() -> None:
+    bucket = RESOURCES["DataBucket"]
+    assert bucket["DependsOn"] == "UploadsQueuePolicy"  # S3 checks it may send when the notification is created
+    assert bucket["Properties"]["NotificationConfiguration"] == {
+        "QueueConfigurations": [
+            {
+                "Event": "s3:ObjectCreated:*",
+                "Queue": {"Fn::GetAtt": ["UploadsQueue", "Arn"]},
+                "Filter": {"S3Key": {"Rules": [{"Name": "prefix", "Value": "inbox/"}, {"Name": "suffix", "Value": ".jsonl"}]}},
+            }
+        ]
+    }
+    [statement] = RESOURCES["UploadsQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "s3.amazonaws.com"}
+    assert statement["Action"] == "sqs:SendMessage"
+    assert sorted(statement["Condition"]) == ["ArnLike", "StringEquals"]
+
+
+def test_table_keys_index_and_ttl() -> None:
+    table = RESOURCES["BatchTable"]["Properties"]
+    assert table["KeySchema"] == [{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}]
+    [index] = table["GlobalSecondaryIndexes"]
+    assert index == {
+        "IndexName": "GSI1",
+        "KeySchema": [{"AttributeName": "GSI1PK", "KeyType": "HASH"}, {"AttributeName": "GSI1SK", "KeyType": "RANGE"}],
+        "Projection": {"ProjectionType": "ALL"},
+    }
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_sam_validate_lint_passes() -> None:
+    sam = Path(sys.executable).with_name("sam")
+    command = str(sam) if sam.exists() else shutil.which("sam")
+    assert command, "aws-sam-cli is not installed (requirements/dev.txt)"
+    env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": "us-east-1"}
+    env.pop("AWS_ENDPOINT_URL", None)
+    result = subprocess.run(
+        [command, "validate", "--lint", "--template-file", str(TEMPLATE_PATH)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is a valid SAM Template" in result.stdout + result.stderr

@@ -1,0 +1,218 @@
+"""The local stack's Lambda emulation rules that need no running stack: partial batch responses,
+HTTP API route selection, response conversion, request body encoding, the SQS event record, and
+the S3 notification fields moto leaves out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.parser.models import S3Model
+
+from batchinfer_local.functions import FunctionSpec, HttpApiEventSpec, ScheduleEventSpec
+from batchinfer_local.http import Route, Router, http_api_event, http_response
+from batchinfer_local.moto_compat import complete_s3_notification
+from batchinfer_local.runtime import Activity, FunctionRuntime, LocalLambdaContext, failed_message_ids, sqs_event
+from batchinfer_local.template import TemplateError
+
+IDS = ["m1", "m2"]
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        (None, set()),
+        ({}, set()),
+        ({"batchItemFailures": []}, set()),
+        ({"batchItemFailures": None}, set()),
+        ({"batchItemFailures": [{"itemIdentifier": "m2"}]}, {"m2"}),
+        ({"batchItemFailures": [{"itemIdentifier": ""}]}, {"m1", "m2"}),
+        ({"batchItemFailures": [{"itemIdentifier": None}]}, {"m1", "m2"}),
+        ({"batchItemFailures": [{"wrongKey": "m2"}]}, {"m1", "m2"}),
+        ({"batchItemFailures": [{"itemIdentifier": "not-in-batch"}]}, {"m1", "m2"}),
+        ({"batchItemFailures": "m2"}, {"m1", "m2"}),
+        ("ok", {"m1", "m2"}),
+    ],
+)
+def test_partial_batch_response_rules(result: Any, failed: set[str]) -> None:
+    assert failed_message_ids(result, IDS) == failed
+
+
+def spec(**overrides: Any) -> FunctionSpec:
+    values: dict[str, Any] = {
+        "logical_id": "Fn",
+        "function_name": "stack-Fn",
+        "function_arn": "arn:aws:lambda:us-east-1:123456789012:function:stack-Fn",
+        "handler_file": Path("/code/app.py"),
+        "handler_name": "handler",
+        "timeout": 2,
+        "memory_size": 256,
+    }
+    return FunctionSpec(**{**values, **overrides})
+
+
+def route(path: str | None, method: str = "ANY") -> Route:
+    source = HttpApiEventSpec(name="E", Method=method, Path=path)
+    return Route.of(FunctionRuntime(spec(), lambda event, context: None, Activity()), source)
+
+
+def test_most_specific_route_wins() -> None:
+    router = Router([route(None), route("/v1/{proxy+}"), route("/v1/items/{id}"), route("/v1/items/{id}", "GET"), route("/v1/items/all")])
+
+    def chosen(method: str, path: str) -> tuple[str, dict[str, str]] | None:
+        found = router.find(method, path)
+        return None if found is None else (found[0].source.route_key, found[1])
+
+    assert chosen("GET", "/v1/items/all") == ("ANY /v1/items/all", {})
+    assert chosen("GET", "/v1/items/7") == ("GET /v1/items/{id}", {"id": "7"})
+    assert chosen("DELETE", "/v1/items/7") == ("ANY /v1/items/{id}", {"id": "7"})
+    assert chosen("GET", "/v1/items/7/x%2Fy") == ("ANY /v1/{proxy+}", {"proxy": "items/7/x/y"})
+    assert chosen("GET", "/other") == ("$default", {})
+    assert Router([route("/v1/{proxy+}")]).find("GET", "/v1") is None  # greedy needs at least one character
+    assert Router([route("/v1/{proxy+}")]).find("GET", "/v1/") is None
+
+
+def test_greedy_variable_must_be_last() -> None:
+    with pytest.raises(ValueError, match="a greedy variable must be the last segment"):
+        route("/v1/{proxy+}/x")
+
+
+def test_response_conversion() -> None:
+    plain = http_response({"a": 1})
+    assert (plain.status, plain.headers, plain.body) == (200, [("Content-Type", "application/json")], b'{"a": 1}')
+    full = http_response(
+        {"statusCode": 204, "headers": {"x-a": 1}, "cookies": ["k=v"], "body": base64.b64encode(b"\xff").decode(), "isBase64Encoded": True}
+    )
+    assert (full.status, full.headers, full.body) == (204, [("x-a", "1"), ("Set-Cookie", "k=v")], b"\xff")
+    assert http_response({"statusCode": 200}).body == b""
+    with pytest.raises(ValueError, match="invalid statusCode"):
+        http_response({"statusCode": "200"})
+    with pytest.raises(ValueError, match="body must be a string"):
+        http_response({"statusCode": 200, "body": {"a": 1}})
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "encoded"),
+    [
+        ("application/json", b'{"a": 1}', False),
+        ("application/json; charset=utf-8", b"{}", False),
+        ("text/plain", "é".encode(), False),
+        ("application/x-ndjson", b"{}\n", True),
+        ("application/vnd.api+json", b"{}", False),
+        ("multipart/form-data; boundary=x", b"--x--", True),
+        ("application/octet-stream", b"abc", True),
+        ("text/plain", b"\xff\xfe", True),  # not UTF-8: cannot travel as text
+        (None, b"abc", False),
+    ],
+)
+def test_request_body_encoding(content_type: str | None, body: bytes, encoded: bool) -> None:
+    headers = [("Host", "h:1")] + ([("Content-Type", content_type)] if content_type else [])
+    event = http_api_event(
+        method="POST", target="/x", headers=headers, body=body, source_ip="127.0.0.1", route=route(None),
+        path_parameters={}, account_id="123456789012",
+    )
+    assert event["isBase64Encoded"] is encoded
+    assert event["body"] == (base64.b64encode(body).decode() if encoded else body.decode())
+
+
+def test_empty_request_parts_are_left_out() -> None:
+    event = http_api_event(
+        method="GET", target="/x", headers=[("Host", "h:1"), ("Connection", "close")], body=b"", source_ip="10.0.0.1",
+        route=route(None), path_parameters={}, account_id="123456789012", host_port="1",
+    )
+    assert sorted(event) == ["headers", "isBase64Encoded", "rawPath", "rawQueryString", "requestContext", "routeKey", "version"]
+    assert event["headers"] == {"host": "h:1", "x-forwarded-for": "10.0.0.1", "x-forwarded-proto": "http", "x-forwarded-port": "1"}
+    assert (event["routeKey"], event["rawQueryString"], event["isBase64Encoded"]) == ("$default", "", False)
+
+
+def test_sqs_record_shape() -> None:
+    message = {
+        "MessageId": "id-1",
+        "ReceiptHandle": "rh",
+        "Body": "hi",
+        "MD5OfBody": "49f68a5c8493ec2c0bf489821c21fc3b",
+        "Attributes": {"ApproximateReceiveCount": "3"},
+        "MessageAttributes": {"list": {"DataType": "String", "StringListValues": ["a"], "BinaryListValues": [b"\x00"]}},
+    }
+    assert sqs_event([message], "arn:q", "eu-west-1") == {
+        "Records": [
+            {
+                "messageId": "id-1",
+                "receiptHandle": "rh",
+                "body": "hi",
+                "attributes": {"ApproximateReceiveCount": "3"},
+                "messageAttributes": {"list": {"stringListValues": ["a"], "binaryListValues": ["AA=="], "dataType": "String"}},
+                "md5OfBody": "49f68a5c8493ec2c0bf489821c21fc3b",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:q",
+                "awsRegion": "eu-west-1",
+            }
+        ]
+    }
+
+
+def test_context_counts_down_from_the_timeout() -> None:
+    context = LocalLambdaContext(spec(timeout=2), request_id="r-1")
+    assert 1900 < context.get_remaining_time_in_millis() <= 2000
+    assert (context.function_name, context.memory_limit_in_mb, context.aws_request_id) == ("stack-Fn", 256, "r-1")
+    assert context.invoked_function_arn == "arn:aws:lambda:us-east-1:123456789012:function:stack-Fn"
+    assert context.log_group_name == "/aws/lambda/stack-Fn"
+
+
+def test_invoke_passes_a_json_copy_and_returns_json() -> None:
+    seen: list[Any] = []
+    runtime = FunctionRuntime(spec(), lambda event, context: seen.append(event) or {"n": (1, 2)}, Activity())
+    original = {"a": (1, 2)}
+    assert runtime.invoke(original) == {"n": [1, 2]}
+    assert seen == [{"a": [1, 2]}]
+    assert runtime.invocations == 1
+    with pytest.raises(TypeError):
+        FunctionRuntime(spec(), lambda event, context: object(), Activity()).invoke({})
+
+
+@pytest.mark.parametrize(
+    ("expression", "seconds"),
+    [("rate(1 minute)", 60), ("rate(5 minutes)", 300), ("rate(2 hours)", 7200), ("rate(1 day)", 86400), ("cron(0 12 * * ? *)", None)],
+)
+def test_schedule_rates(expression: str, seconds: int | None) -> None:
+    assert ScheduleEventSpec(name="S", Schedule=expression).interval_seconds() == seconds
+
+
+def test_bad_schedule_expression() -> None:
+    with pytest.raises(TemplateError, match="unsupported schedule expression"):
+        ScheduleEventSpec(name="S", Schedule="every 5 minutes").interval_seconds()
+
+
+def test_s3_notification_gets_the_fields_moto_omits() -> None:
+    moto_body = {
+        "Records": [
+            {
+                "eventVersion": "2.1",
+                "eventSource": "aws:s3",
+                "awsRegion": "us-east-1",
+                "eventTime": "2026-01-01T00:00:00.000Z",
+                "eventName": "ObjectCreated:Put",
+                "s3": {
+                    "s3SchemaVersion": "1.0",
+                    "configurationId": "c",
+                    "bucket": {"name": "b", "arn": "arn:aws:s3:::b"},
+                    "object": {"key": "inbox%2Fmy+file%3A1.jsonl", "size": 3, "eTag": "e"},
+                },
+            }
+        ]
+    }
+    completed = json.loads(complete_s3_notification(json.dumps(moto_body)))
+    S3Model.model_validate(completed)
+    [record] = completed["Records"]
+    assert record["userIdentity"] == {"principalId": "AWS:AIDAIT2UOQQY3AUEKVGXU"}
+    assert record["requestParameters"] == {"sourceIPAddress": "127.0.0.1"}
+    assert sorted(record["responseElements"]) == ["x-amz-id-2", "x-amz-request-id"]
+    assert record["s3"]["bucket"]["ownerIdentity"] == {"principalId": "A1LOCALSTACKOWNER"}
+    assert record["s3"]["object"]["key"] == "inbox/my+file%3A1.jsonl"  # S3 keeps "/", form-encodes the rest
+    assert len(record["s3"]["object"]["sequencer"]) == 18
+    for other in ('{"Service": "Amazon S3", "Event": "s3:TestEvent"}', "not json", '{"Records": [{"eventSource": "aws:sqs"}]}'):
+        assert complete_s3_notification(other) == other
