@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from batchinfer import aws
-from batchinfer.store import META, now, plain
+from batchinfer.store import LIMITS_SK, META, account_pk, now, plain
 
 KEY_PREFIX = "sk-bi-"
 
@@ -163,7 +163,7 @@ def authenticate(secret: str | None, *, table: Any | None = None) -> ApiKey | No
 def ensure_account(account_id: str, *, table: Any | None = None) -> None:
     """Create the account's settings item with defaults unless it exists."""
     try:
-        _table(table).put_item(Item={"PK": f"ACCOUNT#{account_id}", "SK": META, "account_id": account_id,
+        _table(table).put_item(Item={"PK": account_pk(account_id), "SK": META, "account_id": account_id,
                                      "allowed_buckets": [], "created_at": now()},
                                ConditionExpression="attribute_not_exists(PK)")
     except ClientError as error:
@@ -173,7 +173,7 @@ def ensure_account(account_id: str, *, table: Any | None = None) -> None:
 
 def get_account(account_id: str, *, table: Any | None = None) -> Account:
     """The account's settings (defaults when it has no settings item)."""
-    item = _table(table).get_item(Key={"PK": f"ACCOUNT#{account_id}", "SK": META}).get("Item")
+    item = _table(table).get_item(Key={"PK": account_pk(account_id), "SK": META}).get("Item")
     return Account.model_validate(plain(item)) if item else Account(account_id=account_id)
 
 
@@ -202,7 +202,7 @@ def configure_account(account_id: str, *, allowed_buckets: list[str] | None = No
     if sets:
         names = {f"#f{i}": name for i, name in enumerate(sets)}
         values = {f":v{i}": value for i, value in enumerate(sets.values())}
-        _table(table).update_item(Key={"PK": f"ACCOUNT#{account_id}", "SK": META},
+        _table(table).update_item(Key={"PK": account_pk(account_id), "SK": META},
                                   UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(sets))),
                                   ExpressionAttributeNames=names, ExpressionAttributeValues=values)
     return get_account(account_id, table=table)
@@ -210,6 +210,6 @@ def configure_account(account_id: str, *, allowed_buckets: list[str] | None = No
 
 def active_batches(account_id: str, *, table: Any | None = None) -> int:
     """The account's counter of non-terminal batches (consistent read)."""
-    item = _table(table).get_item(Key={"PK": f"ACCOUNT#{account_id}", "SK": "LIMITS"},
+    item = _table(table).get_item(Key={"PK": account_pk(account_id), "SK": LIMITS_SK},
                                   ConsistentRead=True).get("Item")
     return int(item.get("active_batches", 0)) if item else 0

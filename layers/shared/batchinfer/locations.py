@@ -154,3 +154,9 @@ def check_bucket(location: Location) -> None:
     except BotoCoreError as error:
         raise Unavailable("EndpointError", f"bucket {location.bucket_ref} cannot be used "
                                            f"({type(error).__name__})") from None
+
+
+def located(where: str | None, bucket: str, key: str) -> Location:
+    """The `Location` of an object stored at (`where`, `bucket`, `key`) (inverse of `Location.where`)."""
+    kind, _, region = (where or "").partition(":")
+    return Location("cos", bucket, key, region) if kind == "cos" else Location("s3", bucket, key)

@@ -13,6 +13,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from batchinfer.status import BatchStatus
 
 CHAT_ENDPOINT = "/v1/chat/completions"
+InputSource = Literal["file", "user_s3", "user_cos"]
+OutputTarget = Literal["file", "user_s3", "user_cos"]
 SUPPORTED_ENDPOINTS = (CHAT_ENDPOINT,)
 _WINDOW = re.compile(r"^(\d{1,3})h$")
 MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
@@ -125,6 +127,15 @@ class Batch(BaseModel):
     usage: Usage = Usage()
     metadata: dict[str, str] | None = None
     name: str | None = None
+    # TokenHub dialect: where the input came from and where the results go. For user_s3/user_cos
+    # output, output_file_id/error_file_id are the s3:// or cos:// paths of the result objects and the
+    # *_url fields short-lived presigned download URLs of them (fresh on every retrieve).
+    input_source: InputSource = "file"
+    output_target: OutputTarget = "file"
+    output_user_s3_path: str | None = None
+    output_user_cos_path: str | None = None
+    output_file_url: str | None = None
+    error_file_url: str | None = None
 
 
 class BatchList(BaseModel):
@@ -138,15 +149,28 @@ class BatchList(BaseModel):
 
 
 class CreateBatchRequest(BaseModel):
-    """Body of `POST /v1/batches`."""
+    """Body of `POST /v1/batches`, in either dialect.
+
+    OpenAI (https://platform.openai.com/docs/api-reference/batch/create): `input_file_id` names an
+    uploaded file, `endpoint` is required. TokenHub: `input_source` `user_s3` / `user_cos` makes
+    `input_file_id` an `s3://bucket/key` / `cos://bucket.region/key` path, `endpoint` defaults to
+    `/v1/chat/completions`, and `output_target` `user_s3` / `user_cos` writes the results under
+    `output_user_s3_path` / `output_user_cos_path` instead of the service's files. Cross-field rules
+    (which path goes with which source) are checked by the route, which names the offending field.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    input_file_id: str = Field(min_length=1, max_length=512)
-    endpoint: Literal["/v1/chat/completions"]
-    completion_window: str = "24h"
+    input_file_id: str = Field(min_length=1, max_length=2048)
+    endpoint: Literal["/v1/chat/completions"] | None = Field(
+        None, description="required unless input_source is user_s3 or user_cos")
+    completion_window: str = Field("24h", max_length=8, description="whole hours, '1h' to '168h'")
     metadata: Metadata = None
     name: str | None = Field(None, max_length=256)
+    input_source: InputSource = "file"
+    output_target: OutputTarget | None = Field(None, description="default: user_* like input_source, else file")
+    output_user_s3_path: str | None = Field(None, max_length=2048, description="s3://bucket/prefix/")
+    output_user_cos_path: str | None = Field(None, max_length=2048, description="cos://bucket.region/prefix/")
 
 
 class FileObject(BaseModel):
@@ -164,11 +188,51 @@ class FileObject(BaseModel):
 
 
 class FileList(BaseModel):
+    """A page of `GET /v1/files`."""
+
     object: Literal["list"] = "list"
     data: list[FileObject]
     first_id: str | None = None
     last_id: str | None = None
     has_more: bool = False
+
+
+class CreateUploadRequest(BaseModel):
+    """Body of `POST /v1/uploads`: announce a file too large for `POST /v1/files` (OpenAI's Upload
+    object fields, https://platform.openai.com/docs/api-reference/uploads/create)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filename: str = Field(min_length=1, max_length=255)
+    purpose: Literal["batch"]
+    bytes: int = Field(ge=1, description="exact size of the file that will be PUT to upload_url")
+    mime_type: str = Field("application/jsonl", min_length=1, max_length=255)
+
+
+class CompleteUploadRequest(BaseModel):
+    """Body of `POST /v1/uploads/{upload_id}/complete`; the bytes went to `upload_url`, so there are no parts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    part_ids: list[str] = Field(default_factory=list, max_length=0, description="always empty here")
+    md5: str | None = None
+
+
+class Upload(BaseModel):
+    """OpenAI's Upload object, plus the presigned `upload_url` that takes the file's bytes in one PUT."""
+
+    id: str
+    object: Literal["upload"] = "upload"
+    bytes: int
+    created_at: int
+    expires_at: int
+    filename: str
+    purpose: str
+    status: Literal["pending", "completed", "cancelled", "expired"]
+    file: FileObject | None = None
+    upload_url: str | None = Field(None, description="PUT the file's bytes here before completing (pending only)")
+    upload_method: Literal["PUT"] = "PUT"
+    upload_headers: dict[str, str] = Field(default_factory=dict, description="headers the PUT must send")
 
 
 class FileDeleted(BaseModel):

@@ -5,10 +5,16 @@
 | batch  | `BATCH#<id>`   | `META`         |
 | shard  | `BATCH#<id>`   | `SHARD#<00000>`|
 | file   | `FILE#<id>`    | `META`         |
+| upload | `UPLOAD#<id>`  | `META`         |
+| account counters | `ACCOUNT#<id>` | `LIMITS` (active batches), `RATE#<minute>` (creations) |
 
 GSI1 (`GSI1PK = ACCOUNT#<account>`, `GSI1SK = <created_at>#<id>`) lists an account's batches and files.
 Every status change is an `update_item` whose condition lists the allowed source statuses
 (`status.allowed_sources`); a failed condition is reported as `None`/`False`, never raised.
+
+Batches created through `create_batch_limited` are counted in their account's active-batch counter
+(`active_counted` on the header); the one write that makes such a batch terminal decrements it in the
+same transaction, so the counter is exact under concurrent creates and transitions.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from batchinfer.aws import table
-from batchinfer.status import TIMESTAMP_FIELD, BatchStatus, allowed_sources
+from batchinfer.status import TIMESTAMP_FIELD, BatchStatus, allowed_sources, is_terminal
 
 META = "META"
 
@@ -86,6 +93,8 @@ def transition(batch_id: str, target: BatchStatus, *, sets: dict[str, Any] | Non
     `sets` are extra attributes to SET; `condition`/`values` an extra ConditionExpression and its
     `:placeholders`. Stamps the status's timestamp field (`in_progress_at`, ...). Returns the new item,
     or None when the condition failed (a concurrent or repeated step: a no-op, not an error).
+    A terminal `target` of a counted batch also decrements its account's active-batch counter, in the
+    same transaction (only one write can make a batch terminal, so it is decremented exactly once).
     """
     sets = dict(sets or {})
     sets[TIMESTAMP_FIELD[target]] = at if at is not None else now()
@@ -103,6 +112,13 @@ def transition(batch_id: str, target: BatchStatus, *, sets: dict[str, Any] | Non
     if condition:
         cond = f"({cond}) AND ({condition})"
         vals.update(values or {})
+    if is_terminal(target):
+        header = get_batch(batch_id)
+        if header is not None and header.get("active_counted"):
+            update = {"TableName": table().name, "Key": {"PK": batch_pk(batch_id), "SK": META},
+                      "UpdateExpression": "SET " + ", ".join(assignments), "ConditionExpression": cond,
+                      "ExpressionAttributeNames": names, "ExpressionAttributeValues": vals}
+            return _transition_counted(batch_id, header["account_id"], update)
     try:
         result = table().update_item(
             Key={"PK": batch_pk(batch_id), "SK": META}, UpdateExpression="SET " + ", ".join(assignments),
@@ -113,6 +129,104 @@ def transition(batch_id: str, target: BatchStatus, *, sets: dict[str, Any] | Non
             return None
         raise
     return plain(result["Attributes"])
+
+
+class _Conflict(Exception):
+    """A transaction cancelled by a concurrent one (`TransactionConflict`): safe to retry."""
+
+
+def _reasons(error: ClientError) -> list[str]:
+    return [r.get("Code") or "None" for r in error.response.get("CancellationReasons") or []]
+
+
+# Transactions on a hot item (the account counters) can be cancelled by concurrent ones; DynamoDB
+# advises retrying them with backoff (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html).
+_retry_conflicts = retry(retry=retry_if_exception_type(_Conflict), stop=stop_after_attempt(10),
+                         wait=wait_random_exponential(multiplier=0.02, max=1.0), reraise=True)
+
+
+@_retry_conflicts
+def _transition_counted(batch_id: str, account_id: str, update: dict[str, Any]) -> dict[str, Any] | None:
+    decrement = {"TableName": update["TableName"], "Key": {"PK": account_pk(account_id), "SK": LIMITS_SK},
+                 "UpdateExpression": "ADD active_batches :minus", "ExpressionAttributeValues": {":minus": -1}}
+    try:
+        table().meta.client.transact_write_items(TransactItems=[{"Update": update}, {"Update": decrement}])
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "TransactionCanceledException":
+            raise
+        if "TransactionConflict" in _reasons(error):
+            raise _Conflict() from error
+        return None
+    return get_batch(batch_id)
+
+
+def account_pk(account_id: str) -> str:
+    return f"ACCOUNT#{account_id}"
+
+
+LIMITS_SK = "LIMITS"
+
+
+class LimitExceeded(Exception):
+    """A batch creation over an account limit: `kind` is `active` (batches not yet terminal) or `rate`
+    (creations in this calendar minute); `limit` the limit; `retry_after` seconds worth waiting."""
+
+    def __init__(self, kind: str, limit: int, retry_after: int) -> None:
+        super().__init__(f"{kind} limit {limit} reached")
+        self.kind, self.limit, self.retry_after = kind, limit, retry_after
+
+
+# An active-batch limit frees up when some batch ends; there is no telling when, so suggest a poll.
+ACTIVE_RETRY_AFTER_S = 30
+
+
+@_retry_conflicts
+def create_batch_limited(item: dict[str, Any], *, max_active: int | None, max_per_minute: int | None,
+                         at: int | None = None) -> bool:
+    """Store a new batch header and count it against its account, in one transaction.
+
+    The header (with `active_counted`) is written only if the account has fewer than `max_active`
+    counted batches that are not terminal and fewer than `max_per_minute` creations in the calendar
+    minute of `at` (Unix seconds, default now); None skips that check (inbox uploads are counted but
+    never refused). Returns False, writing nothing, when the batch exists already (idempotent create).
+    Raises `LimitExceeded` when a limit is reached.
+    """
+    at = now() if at is None else at
+    account = account_pk(item["account_id"])
+    record = {"PK": batch_pk(item["id"]), "SK": META, "GSI1PK": account, "GSI1SK": f"{item['created_at']:010d}#{item['id']}",
+              **item, "active_counted": True}
+    name = table().name
+    active: dict[str, Any] = {"TableName": name, "Key": {"PK": account, "SK": LIMITS_SK},
+                              "UpdateExpression": "ADD active_batches :one", "ExpressionAttributeValues": {":one": 1}}
+    if max_active is not None:
+        active["ConditionExpression"] = "attribute_not_exists(active_batches) OR active_batches < :max"
+        active["ExpressionAttributeValues"][":max"] = max_active
+    items = [{"Put": {"TableName": name, "Item": record, "ConditionExpression": "attribute_not_exists(PK)"}},
+             {"Update": active}]
+    minute = at - at % 60
+    if max_per_minute is not None:
+        items.append({"Update": {
+            "TableName": name, "Key": {"PK": account, "SK": f"RATE#{minute}"},
+            "UpdateExpression": "ADD creates :one SET #ttl = :ttl", "ExpressionAttributeNames": {"#ttl": "ttl"},
+            "ConditionExpression": "attribute_not_exists(creates) OR creates < :max",
+            "ExpressionAttributeValues": {":one": 1, ":max": max_per_minute, ":ttl": minute + 3600}}})
+    try:
+        table().meta.client.transact_write_items(TransactItems=items)
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "TransactionCanceledException":
+            raise
+        reasons = _reasons(error)
+        if "TransactionConflict" in reasons:
+            raise _Conflict() from error
+        failed = [i for i, code in enumerate(reasons) if code == "ConditionalCheckFailed"]
+        if 0 in failed:
+            return False
+        if 2 in failed and max_per_minute is not None:
+            raise LimitExceeded("rate", max_per_minute, max(1, minute + 60 - at)) from None
+        if 1 in failed and max_active is not None:
+            raise LimitExceeded("active", max_active, ACTIVE_RETRY_AFTER_S) from None
+        raise
+    return True
 
 
 def update_batch(batch_id: str, *, sets: dict[str, Any], condition: str,
@@ -313,3 +427,62 @@ def get_file(file_id: str) -> dict[str, Any] | None:
 
 def delete_file(file_id: str) -> None:
     table().delete_item(Key={"PK": f"FILE#{file_id}", "SK": META})
+
+
+def page_files(account_id: str, *, limit: int, after: str | None = None, purpose: str | None = None,
+               newest_first: bool = True) -> tuple[list[dict[str, Any]], bool]:
+    """An account's files in creation order: (`limit` items after file `after`, has_more).
+
+    `purpose` keeps only files of that purpose. A file `after` that the account does not own gives
+    an empty page.
+    """
+    kwargs: dict[str, Any] = {
+        "IndexName": "GSI1", "KeyConditionExpression": "GSI1PK = :pk", "ScanIndexForward": not newest_first,
+        "ExpressionAttributeValues": {":pk": f"FILES#{account_id}"}}
+    if purpose is not None:
+        kwargs["FilterExpression"] = "purpose = :purpose"
+        kwargs["ExpressionAttributeValues"][":purpose"] = purpose
+    if after:
+        anchor = get_file(after)
+        if anchor is None or anchor.get("account_id") != account_id:
+            return [], False
+        kwargs["ExclusiveStartKey"] = {"PK": f"FILE#{after}", "SK": META, "GSI1PK": f"FILES#{account_id}",
+                                       "GSI1SK": f"{anchor['created_at']:010d}#{after}"}
+    items: list[dict[str, Any]] = []
+    while True:
+        page = table().query(**kwargs)
+        items.extend(plain(i) for i in page["Items"])
+        if len(items) > limit or "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return items[:limit], len(items) > limit
+
+
+# ---- uploads (presigned PUT of large files) ----------------------------------------------------------
+
+def put_upload(item: dict[str, Any]) -> None:
+    """Store a new upload record; `item` holds the Upload fields plus `account_id`, `file_id`, `bucket`, `key`."""
+    table().put_item(Item={"PK": f"UPLOAD#{item['id']}", "SK": META, **item})
+
+
+def get_upload(upload_id: str) -> dict[str, Any] | None:
+    item = table().get_item(Key={"PK": f"UPLOAD#{upload_id}", "SK": META}, ConsistentRead=True).get("Item")
+    return plain(item) if item else None
+
+
+def finish_upload(upload_id: str, status: str, *, sets: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Move a `pending` upload to `status` (`completed` / `cancelled`); None if it was not pending."""
+    fields = {"status": status, **(sets or {})}
+    names = {f"#f{i}": name for i, name in enumerate(fields)}
+    values = {f":v{i}": value for i, value in enumerate(fields.values())}
+    try:
+        result = table().update_item(
+            Key={"PK": f"UPLOAD#{upload_id}", "SK": META},
+            UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(fields))),
+            ConditionExpression="#f0 = :pending", ExpressionAttributeNames=names,
+            ExpressionAttributeValues={**values, ":pending": "pending"}, ReturnValues="ALL_NEW")
+    except ClientError as error:
+        if _condition_failed(error):
+            return None
+        raise
+    return plain(result["Attributes"])

@@ -12,7 +12,6 @@ from urllib.parse import unquote_plus
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 
 from batchinfer import ids, intake
-from batchinfer.api.accounts import DEFAULT_ACCOUNT
 from batchinfer.schemas import CHAT_ENDPOINT
 from batchinfer.settings import get_settings
 
@@ -38,7 +37,8 @@ def start_from_record(record: S3EventRecord) -> str | None:
         return None
     version = obj.version_id or obj.etag or obj.sequencer or ""
     batch_id = ids.batch_id_for_object(bucket, key, version)
-    intake.create_batch(batch_id=batch_id, account_id=DEFAULT_ACCOUNT, input_file_id=f"s3://{bucket}/{key}",
-                        input_bucket=bucket, input_key=key, endpoint=CHAT_ENDPOINT, completion_window="24h",
+    intake.create_batch(batch_id=batch_id, account_id=settings.inbox_account_id,
+                        input_file_id=f"s3://{bucket}/{key}", input_bucket=bucket, input_key=key,
+                        endpoint=CHAT_ENDPOINT, completion_window="24h",
                         output_bucket=bucket, output_prefix=outbox_prefix(key))
     return batch_id

@@ -1,22 +1,55 @@
-"""The resolver: one `app` owning the routes and the mapping of errors to OpenAI envelopes."""
+"""The resolver: one `app` owning the routes, authentication, and the mapping of errors to OpenAI envelopes.
+
+The OpenAPI document is served at `GET /v1/openapi.json` (and a Swagger UI at `/v1/swagger`), both
+without a key; every other route needs `Authorization: Bearer <key>`.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import batches, files
+from batchinfer.api import accounts, batches, files, uploads
 from batchinfer.api.errors import ApiError
 from batchinfer.observability import logger
 from batchinfer.schemas import ErrorBody, ErrorEnvelope
 
-app = APIGatewayHttpResolver(enable_validation=True)
+TITLE, VERSION = "batchinfer", "0.1.0"
+_SECURITY = {"security_schemes": {"bearerAuth": HTTPBearer(description="an API key: `batchinfer keys create`")},
+             "security": [{"bearerAuth": []}]}
+
+
+class BatchApiResolver(APIGatewayHttpResolver):
+    """The HTTP API resolver; each request starts unauthenticated (see `accounts.request_scope`)."""
+
+    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+        with accounts.request_scope():
+            return super().resolve(event, context)
+
+
+app = BatchApiResolver(enable_validation=True)
+app.use(middlewares=[accounts.auth_middleware])
 app.include_router(files.router)
+app.include_router(uploads.router)
 app.include_router(batches.router)
-app.enable_swagger(path="/v1/swagger", title="batchinfer", version="0.1.0")
+app.enable_swagger(path="/v1/swagger", title=TITLE, version=VERSION, servers=[Server(url="/")], **_SECURITY)
+
+
+@app.get("/v1/openapi.json", include_in_schema=False)
+def openapi_document():  # noqa: ANN201 - Powertools can't model a raw Response as a return type
+    """The OpenAPI 3.1 document of this API (the same one the Swagger UI shows)."""
+    body = app.get_openapi_json_schema(title=TITLE, version=VERSION, servers=[Server(url="/")], **_SECURITY)
+    return Response(status_code=200, content_type="application/json", body=body)
 
 
 def _envelope(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
@@ -30,8 +63,25 @@ def _api_error(error: ApiError) -> Response:
                                              code=error.code), error.headers)
 
 
+def _unauthenticated() -> Response | None:
+    """The 401 for a request that failed before the auth middleware ran, if its key is bad; else None.
+
+    Request validation runs before any middleware; a caller without a valid key must learn that first,
+    as OpenAI's API answers 401 before looking at the request.
+    """
+    if accounts.authenticated() or app.current_event.path in accounts.OPEN_PATHS:
+        return None
+    try:
+        accounts.authenticate(dict(app.current_event.headers or {}))
+    except ApiError as error:
+        return _api_error(error)
+    return None
+
+
 @app.exception_handler(RequestValidationError)
 def _invalid_request(error: RequestValidationError) -> Response:
+    if (denied := _unauthenticated()) is not None:
+        return denied
     # Name the first offending field the way OpenAI does: `param` is its dotted path in the body.
     first = error.errors()[0] if error.errors() else {}
     location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
@@ -42,8 +92,20 @@ def _invalid_request(error: RequestValidationError) -> Response:
     return _envelope(400, ErrorBody(message=message, param=param, code="invalid_request"))
 
 
+@app.exception_handler(RequestUnsupportedContentType)
+def _unsupported_content_type(error: RequestUnsupportedContentType) -> Response:
+    if (denied := _unauthenticated()) is not None:
+        return denied
+    content_type = app.current_event.headers.get("content-type", "")
+    return _envelope(400, ErrorBody(message=f"Unsupported Content-Type {content_type[:100]!r}: send "
+                                            "application/json (or multipart/form-data to /v1/files).",
+                                    code="unsupported_content_type"))
+
+
 @app.exception_handler(json.JSONDecodeError)
 def _bad_json(error: json.JSONDecodeError) -> Response:
+    if (denied := _unauthenticated()) is not None:
+        return denied
     return _envelope(400, ErrorBody(message=f"request body is not valid JSON: {error.msg}", code="invalid_json"))
 
 
@@ -55,5 +117,12 @@ def _not_found(error: NotFoundError) -> Response:
 
 @app.exception_handler(Exception)
 def _unexpected(error: Exception) -> Response:
+    # Before authentication, only the request itself can have failed to parse (a multipart body without
+    # a boundary, a body that is not UTF-8...): the caller's mistake, a 400. After it, it is our bug.
+    if not accounts.authenticated() and isinstance(error, ValueError):
+        if (denied := _unauthenticated()) is not None:
+            return denied
+        return _envelope(400, ErrorBody(message=f"the request could not be read: {type(error).__name__}",
+                                        code="invalid_request"))
     logger.exception("unhandled error")
     return _envelope(500, ErrorBody(message="internal error", type="server_error", code="internal_error"))

@@ -1,78 +1,114 @@
-"""`/v1/batches`: create, retrieve, list and cancel (OpenAI Batch API)."""
+"""`/v1/batches`: create, retrieve, list and cancel (OpenAI Batch API, plus the TokenHub dialect).
+
+https://platform.openai.com/docs/api-reference/batch
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
-from batchinfer import ids, intake, queues, store
+from batchinfer import accounts, ids, intake, locations, queues, storage, store
+from batchinfer.api import tokenhub
 from batchinfer.api.accounts import current_account
-from batchinfer.api.errors import ApiError, Conflict, NotFound
-from batchinfer.api.files import owned_file
+from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented
 from batchinfer.schemas import Batch, BatchList, CreateBatchRequest, window_hours
 from batchinfer.settings import get_settings
 from batchinfer.status import BatchStatus
 
 router = Router()
+# Path ids longer than this can't name anything we store (and DynamoDB keys are capped at 2 KB).
+MAX_ID_LENGTH = 128
+BatchId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
-def batch_view(item: dict) -> Batch:
-    """The public Batch object of a header item (internal attributes dropped)."""
-    return Batch.model_validate({k: item[k] for k in Batch.model_fields if k in item})
+def batch_view(item: dict[str, Any]) -> Batch:
+    """The public Batch object of a header item (internal attributes dropped).
+
+    For results in user storage (TokenHub `output_target`), `output_file_id` / `error_file_id` are the
+    objects' paths and `output_file_url` / `error_file_url` fresh presigned download URLs.
+    """
+    batch = Batch.model_validate({k: item[k] for k in Batch.model_fields if k in item})
+    if batch.output_target == "file":
+        return batch
+    settings, where = get_settings(), item.get("output_where", "")
+    changes: dict[str, str | None] = {}
+    for kind in ("output", "error"):
+        if item.get(f"{kind}_file_id"):
+            key = f"{item['output_prefix']}{kind}.jsonl"
+            changes[f"{kind}_file_id"] = locations.located(where, item["output_bucket"], key).uri()
+            changes[f"{kind}_file_url"] = storage.presigned_get(item["output_bucket"], key, where=where,
+                                                                expires_in=settings.presign_seconds)
+    return batch.model_copy(update=changes)
 
 
-def owned_batch(batch_id: str) -> dict:
+def owned_batch(batch_id: str) -> dict[str, Any]:
     """The header of `batch_id` if the caller's account owns it; else `NotFound` (no existence leak)."""
     item = store.get_batch(batch_id)
     if item is None or item.get("account_id") != current_account():
-        raise NotFound(f"No such batch: {batch_id}", code="batch_not_found", param="batch_id")
+        raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found", param="batch_id")
     return item
 
 
-@router.post("/v1/batches")
+@router.post("/v1/batches", responses=documented(None, 403, 404, 429))
 def create_batch(request: CreateBatchRequest) -> Batch:
     try:
         window_hours(request.completion_window)
     except ValueError as error:
         raise ApiError(str(error), code="invalid_completion_window", param="completion_window") from None
-    input_file = owned_file(request.input_file_id)
-    if input_file["purpose"] != "batch":
-        raise ApiError(f"file {request.input_file_id} has purpose {input_file['purpose']!r}, not 'batch'",
-                       code="invalid_file_purpose", param="input_file_id")
-    item = intake.create_batch(
-        batch_id=ids.new_batch_id(), account_id=current_account(), input_file_id=request.input_file_id,
-        input_bucket=input_file["bucket"], input_key=input_file["key"], endpoint=request.endpoint,
-        completion_window=request.completion_window, metadata=request.metadata, name=request.name)
+    account_id = current_account()
+    account = accounts.get_account(account_id)
+    plan = tokenhub.plan(request, account, account_id)
+    settings, batch_id = get_settings(), ids.new_batch_id()
+    try:
+        item = intake.create_batch(
+            batch_id=batch_id, account_id=account_id, input_file_id=request.input_file_id,
+            input_bucket=plan.input_bucket, input_key=plan.input_key, input_where=plan.input_where,
+            endpoint=plan.endpoint, completion_window=request.completion_window, metadata=request.metadata,
+            name=request.name, output_bucket=plan.output.bucket if plan.output else None,
+            output_prefix=plan.output_prefix(batch_id), output_where=plan.output.where if plan.output else "",
+            fields=plan.fields,
+            max_active=account.max_active_batches or settings.max_active_batches,
+            max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute)
+    except store.LimitExceeded as error:
+        if error.kind == "rate":
+            raise TooManyRequests(f"Rate limit reached: {error.limit} batch creations per minute.",
+                                  code="rate_limit_exceeded", retry_after=error.retry_after) from None
+        raise TooManyRequests(f"This account has {error.limit} batches that have not finished, the most it may "
+                              "have; wait for one to end or cancel one.", code="active_batch_limit_exceeded",
+                              retry_after=error.retry_after) from None
     return batch_view(item)
 
 
-@router.get("/v1/batches/<batch_id>")
-def retrieve_batch(batch_id: str) -> Batch:
+@router.get("/v1/batches/<batch_id>", responses=documented(None, 404))
+def retrieve_batch(batch_id: BatchId) -> Batch:
     return batch_view(owned_batch(batch_id))
 
 
-@router.get("/v1/batches")
-def list_batches(limit: Annotated[int, Query(ge=1, le=100)] = 20, after: str | None = None) -> BatchList:
+@router.get("/v1/batches", responses=documented(None))
+def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
+                 after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH,
+                                                    description="the last batch id of the previous page")] = None,
+                 ) -> BatchList:
     items, has_more = store.list_batches(current_account(), limit=limit, after=after)
     data = [batch_view(i) for i in items]
     return BatchList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                      has_more=has_more)
 
 
-@router.post("/v1/batches/<batch_id>/cancel")
-def cancel_batch(batch_id: str) -> Batch:
+@router.post("/v1/batches/<batch_id>/cancel", responses=documented(None, 404, 409))
+def cancel_batch(batch_id: BatchId) -> Batch:
     item = owned_batch(batch_id)
-    status = BatchStatus(item["status"])
-    if status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+    if item["status"] in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
         return batch_view(item)
     cancelled = store.transition(batch_id, BatchStatus.CANCELLING)
     if cancelled is None:
         current = owned_batch(batch_id)
         if current["status"] in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
             return batch_view(current)
-        raise Conflict(f"Batch {batch_id} is {current['status']} and can no longer be cancelled",
+        raise Conflict(f"Batch {batch_id} is {current['status']} and can no longer be cancelled.",
                        code="batch_not_cancellable")
     # The aggregator seals the batch, turns the unrun requests into `batch_cancelled` lines and ends it.
     queues.send(get_settings().finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])

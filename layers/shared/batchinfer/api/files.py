@@ -1,16 +1,20 @@
-"""`/v1/files`: the pieces of the OpenAI Files API a batch needs (upload, retrieve, list, content, delete)."""
+"""`/v1/files`: the pieces of the OpenAI Files API a batch needs (upload, retrieve, list, content, delete).
+
+https://platform.openai.com/docs/api-reference/files. A file larger than a request may carry
+(API Gateway HTTP API: 10 MB; Lambda: 6 MB) goes through `/v1/uploads` (see `api/uploads.py`).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import File, Form, Query, UploadFile
+from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path, Query, UploadFile
 
 from batchinfer import ids, storage, store
 from batchinfer.api.accounts import current_account
-from batchinfer.api.errors import ApiError, NotFound
+from batchinfer.api.errors import ApiError, NotFound, documented
 from batchinfer.schemas import FileDeleted, FileList, FileObject
 from batchinfer.settings import get_settings
 
@@ -18,63 +22,79 @@ router = Router()
 # Lambda responses are capped at 6 MB: larger contents are served by a presigned S3 URL (302).
 INLINE_CONTENT_BYTES = 4 * 1024 * 1024
 PURPOSES = ("batch",)
+MAX_ID_LENGTH = 128
+FileId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
-def file_object(item: dict) -> FileObject:
+def file_object(item: dict[str, Any]) -> FileObject:
+    """The public File object of a file record."""
     return FileObject.model_validate({k: item.get(k) for k in FileObject.model_fields if k in item})
 
 
-def owned_file(file_id: str) -> dict:
-    """The file record of `file_id` if the caller's account owns it; else `NotFound` (no existence leak)."""
-    item = store.get_file(file_id)
-    if item is None or item.get("account_id") != current_account():
-        raise NotFound(f"No such file: {file_id}", code="file_not_found", param="file_id")
+def owned_file(file_id: str, account_id: str | None = None) -> dict[str, Any]:
+    """The file record of `file_id` if the account (default: the caller's) owns it; else `NotFound`
+    (no existence leak)."""
+    item = store.get_file(file_id) if len(file_id) <= MAX_ID_LENGTH else None
+    if item is None or item.get("account_id") != (account_id or current_account()):
+        raise NotFound(f"No such File object: {file_id}", code="file_not_found", param="file_id")
     return item
 
 
-@router.post("/v1/files")
+def new_file_record(*, file_id: str, size: int, filename: str, purpose: str, account_id: str) -> dict[str, Any]:
+    """A file record for an object at `files/<file_id>` of the service bucket."""
+    settings = get_settings()
+    return {"id": file_id, "object": "file", "bytes": size, "created_at": store.now(), "filename": filename,
+            "purpose": purpose, "status": "processed", "account_id": account_id,
+            "bucket": settings.bucket_name, "key": f"files/{file_id}"}
+
+
+@router.post("/v1/files", responses=documented(None))
 def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")],
                 purpose: Annotated[str, Form(description="must be 'batch'")]) -> FileObject:
     if purpose not in PURPOSES:
         raise ApiError(f"purpose must be one of {list(PURPOSES)}, got {purpose!r}", code="invalid_purpose",
                        param="purpose")
-    settings = get_settings()
-    file_id = ids.new_file_id()
-    key = f"files/{file_id}"
-    storage.put_bytes(settings.bucket_name, key, file.content)
-    item = {"id": file_id, "object": "file", "bytes": len(file.content), "created_at": store.now(),
-            "filename": file.filename or "upload.jsonl", "purpose": purpose, "status": "processed",
-            "account_id": current_account(), "bucket": settings.bucket_name, "key": key}
+    item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
+                           filename=(file.filename or "upload.jsonl")[:255], account_id=current_account())
+    storage.put_bytes(item["bucket"], item["key"], file.content)
     store.put_file(item)
     return file_object(item)
 
 
-@router.get("/v1/files")
-def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000) -> FileList:
-    data = [file_object(i) for i in store.list_files(current_account(), limit=limit)]
-    return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+@router.get("/v1/files", responses=documented(None))
+def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+               after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
+               order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+               purpose: Annotated[str | None, Query(max_length=64)] = None) -> FileList:
+    items, has_more = store.page_files(current_account(), limit=limit, after=after, purpose=purpose,
+                                       newest_first=order == "desc")
+    data = [file_object(i) for i in items]
+    return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                    has_more=has_more)
 
 
-@router.get("/v1/files/<file_id>")
-def retrieve_file(file_id: str) -> FileObject:
+@router.get("/v1/files/<file_id>", responses=documented(None, 404))
+def retrieve_file(file_id: FileId) -> FileObject:
     return file_object(owned_file(file_id))
 
 
-@router.delete("/v1/files/<file_id>")
-def delete_file(file_id: str) -> FileDeleted:
+@router.delete("/v1/files/<file_id>", responses=documented(None, 404))
+def delete_file(file_id: FileId) -> FileDeleted:
     item = owned_file(file_id)
     store.delete_file(file_id)
-    storage.delete(item["bucket"], item["key"])
+    storage.delete(item["bucket"], item["key"], where=item.get("where"))
     return FileDeleted(id=file_id, deleted=True)
 
 
-@router.get("/v1/files/<file_id>/content", responses={
-    200: {"description": "the file's bytes", "content": {"application/octet-stream": {}}},
-    302: {"description": "large files: a presigned S3 URL in Location"}})
-def file_content(file_id: str):  # noqa: ANN201 - Powertools can't model a raw Response as a return type
+@router.get("/v1/files/<file_id>/content", responses=documented(
+    {"description": "the file's bytes", "content": {"application/octet-stream": {"schema": {}}}}, 404)
+    | {302: {"description": "large files: a presigned S3 URL in Location"}})
+def file_content(file_id: FileId):  # noqa: ANN201 - Powertools can't model a raw Response as a return type
     item = owned_file(file_id)
+    where = item.get("where")
     if item["bytes"] > INLINE_CONTENT_BYTES:
-        url = storage.presigned_get(item["bucket"], item["key"], filename=item["filename"])
+        url = storage.presigned_get(item["bucket"], item["key"], filename=item["filename"], where=where,
+                                    expires_in=get_settings().presign_seconds)
         return Response(status_code=302, headers={"Location": url}, body="")
-    data = storage.get_bytes(item["bucket"], item["key"])
+    data = storage.get_bytes(item["bucket"], item["key"], where=where)
     return Response(status_code=200, content_type="application/octet-stream", body=data)

@@ -22,12 +22,17 @@ Request mapping (OpenAI `/v1/chat/completions` -> llama.cpp):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import glob
 import importlib.util
+import itertools
 import os
+import queue
 import secrets
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -36,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from batchinfer.backends.base import BackendError
 from batchinfer.backends.common import require_utf8
+from batchinfer.infer.protocol import DEFAULT_PRIORITY, DEFAULT_TOP_K, ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -177,6 +183,52 @@ def _parse(body: dict[str, Any]) -> _ChatRequest:
     return request
 
 
+class _PriorityExecutor(Executor):
+    """One worker thread running jobs lowest `priority` first, in submission order within a priority.
+
+    `submit` (the `Executor` API, used by `run_in_executor`) queues at `DEFAULT_PRIORITY`. A job whose
+    future was cancelled while it waited is skipped, so a caller that gave up frees its place.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.PriorityQueue[tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
+            queue.PriorityQueue()
+        )
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Queue `fn(*args, **kwargs)` at the default priority (5)."""
+        if kwargs:
+            return self.submit_prioritized(DEFAULT_PRIORITY, lambda: fn(*args, **kwargs))
+        return self.submit_prioritized(DEFAULT_PRIORITY, fn, *args)
+
+    def submit_prioritized(self, priority: int, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        """Queue `fn(*args)`; lower `priority` runs first (0 is reserved for quick metadata jobs)."""
+        future: Future[Any] = Future()
+        self._queue.put((priority, next(self._order), future, fn, args))
+        with self._lock:
+            if self._thread is None:
+                # A daemon thread: a process (or a test session) must be able to exit mid-generation.
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            _, _, future, fn, args = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # delivered to the waiter, as ThreadPoolExecutor does
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
 @dataclass
 class _LoadedModel:
     """One GGUF in this process: its weights (loaded on first use) and the one thread that may use them."""
@@ -184,12 +236,13 @@ class _LoadedModel:
     path: Path
     n_ctx: int
     n_threads: int
-    executor: ThreadPoolExecutor = field(init=False)
+    executor: _PriorityExecutor = field(init=False)
     llm: Llama | None = None
     formatter: Jinja2ChatFormatter | None = None
+    limits: ModelLimits | None = None
 
     def __post_init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{self.path.stem}")
+        self.executor = _PriorityExecutor(f"llama-{self.path.stem}")
 
     def load(self) -> tuple[Llama, Jinja2ChatFormatter]:
         """Load the weights once (called on the model's own thread only, hence no lock)."""
@@ -211,8 +264,44 @@ class _LoadedModel:
                 stop_token_ids=[eos],
             )
             llm.chat_handler = formatter.to_chat_handler()
+            self.limits = _gguf_limits(llm, self.n_ctx)
             self.llm, self.formatter = llm, formatter
         return self.llm, self.formatter
+
+    def load_limits(self) -> ModelLimits:
+        """The model's own limits (loads the weights; on the model's thread)."""
+        self.load()
+        assert self.limits is not None
+        return self.limits
+
+
+def _int_metadata(metadata: dict[str, str], key: str) -> int | None:
+    value = metadata.get(key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _gguf_limits(llm: Llama, n_ctx: int) -> ModelLimits:
+    """Limits from the GGUF metadata (llama.cpp's keys, `<arch>.vocab_size` etc.) and the context size.
+
+    `vocab_size` is `<arch>.vocab_size`, else the tokenizer's token count; `max_position_embeddings` is
+    the trained context `<arch>.context_length`; the default top_k is the file's generation config
+    (`general.sampling.top_k`) when it has one, else 1000.
+    """
+    metadata = llm.metadata
+    arch = metadata.get("general.architecture", "")
+    return ModelLimits(
+        vocab_size=_int_metadata(metadata, f"{arch}.vocab_size") or llm.n_vocab(),
+        max_seq_len=n_ctx,
+        max_position_embeddings=_int_metadata(metadata, f"{arch}.context_length"),
+        default_top_k=_int_metadata(metadata, "general.sampling.top_k") or DEFAULT_TOP_K,
+    )
+
+
+class _Expired(Exception):
+    """A token request's timeout passed while it ran."""
 
 
 _MODELS: dict[tuple[Path, int, int], _LoadedModel] = {}
@@ -340,3 +429,112 @@ class LlamaCppBackend:
             },
             "system_fingerprint": None,
         }
+
+    # ------------------------------------------------------------------ token-level generation
+
+    async def token_limits(self) -> ModelLimits:
+        """The limits token requests are checked against: the GGUF's vocabulary size and trained context,
+        `n_ctx` as the sequence limit, and the registry's `max_input_tokens` / `max_iter_times`.
+
+        Loads the model on first use (a job ahead of every queued request). Raises `BackendError(500)`
+        when the model cannot be loaded.
+        """
+        limits = self._model.limits
+        if limits is None:
+            future = self._model.executor.submit_prioritized(0, self._model.load_limits)
+            try:
+                limits = await asyncio.wrap_future(future)
+            except Exception as exc:
+                raise BackendError(500, f"The model failed to load: {type(exc).__name__}: {exc}",
+                                   type="server_error", code="model_error") from exc
+        return dataclasses.replace(limits, max_input_tokens=self.config.max_input_tokens,
+                                   max_iter_times=self.config.max_iter_times)
+
+    async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
+        """Generate after `input_ids` (already checked against `token_limits`) with `params`.
+
+        Waits for the model's thread in priority order. Raises `BackendError`: 504 `timeout` (not
+        retryable: the caller chose the time) when `params.timeout` seconds pass before the result,
+        whether the request was still waiting (it is dropped) or running (it stops before its next
+        token and the model takes the next request); 500 `model_error` when llama.cpp fails.
+        """
+        deadline = time.monotonic() + params.timeout
+        started, stop = threading.Event(), threading.Event()
+        future = self._model.executor.submit_prioritized(
+            params.priority, self._generate_tokens, input_ids, params, deadline, started, stop
+        )
+        try:
+            async with asyncio.timeout(params.timeout):
+                return await asyncio.wrap_future(future)
+        except (TimeoutError, _Expired):
+            stop.set()
+            future.cancel()
+            state = "running" if started.is_set() else "waiting for the model"
+            raise BackendError(
+                504,
+                f"parameters.timeout: the request did not finish within {params.timeout:g} s (it was "
+                f"still {state}); it was stopped and the model moved on. Allowed timeout: (0, 3600] s.",
+                type="server_error",
+                code="timeout",
+                param="parameters.timeout",
+            ) from None
+
+    def _generate_tokens(self, input_ids: list[int], params: SamplingParams, deadline: float,
+                         started: threading.Event, stop: threading.Event) -> TokenResult:
+        started.set()
+        try:
+            return self._sample_tokens(input_ids, params, deadline, stop)
+        except (BackendError, _Expired):
+            raise
+        except Exception as exc:  # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault
+            raise BackendError(
+                500, f"The model failed: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
+            ) from exc
+
+    def _sample_tokens(self, input_ids: list[int], params: SamplingParams, deadline: float,
+                       stop: threading.Event) -> TokenResult:
+        import llama_cpp
+        from llama_cpp._internals import LlamaSampler  # llama-cpp-python's sampler-chain wrapper (pinned)
+
+        def expired() -> bool:
+            return stop.is_set() or time.monotonic() >= deadline
+
+        llm, _ = self._model.load()
+        if expired():
+            raise _Expired
+        n_ctx = self._model.n_ctx
+        budget = min(params.max_new_tokens, n_ctx - len(input_ids))  # the context holds prompt + output
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        sampler = LlamaSampler()
+        try:
+            if params.repetition_penalty != 1.0:
+                # Over the whole context, prompt included (Hugging Face's RepetitionPenaltyLogitsProcessor).
+                sampler.add_penalties(n_vocab=llm.n_vocab(), penalty_last_n=n_ctx,
+                                      penalty_repeat=params.repetition_penalty, penalty_freq=0.0,
+                                      penalty_present=0.0)
+            if params.do_sample:
+                seed = params.seed if params.seed is not None else secrets.randbits(64)
+                sampler.add_temp(params.temperature)
+                sampler.add_top_k(params.top_k)
+                sampler.add_top_p(params.top_p, 1)
+                sampler.add_dist(seed % _SEED_MODULUS)
+            else:
+                sampler.add_greedy()
+            for token in input_ids:  # what the penalty counts as already seen
+                llama_cpp.llama_sampler_accept(sampler.sampler, token)
+            # A fresh KV cache: reusing a shared prefix changes float sums, and so "same seed, same ids".
+            llm.reset()
+            llm.eval(input_ids)
+            out: list[int] = []
+            while len(out) < budget:
+                if expired():
+                    raise _Expired
+                token = llama_cpp.llama_sampler_sample(sampler.sampler, llm.ctx, -1)
+                out.append(token)
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    return TokenResult(out, "stop")
+                if len(out) < budget:
+                    llm.eval([token])
+            return TokenResult(out, "length")
+        finally:
+            sampler.close()

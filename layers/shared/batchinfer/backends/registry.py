@@ -93,6 +93,10 @@ class LlamaCppConfig(_Options):
     # llama.cpp's own sampler defaults; OpenAI has no such parameters, so they are per-model settings.
     top_k: int = Field(40, ge=0, description="0 disables top-k")
     min_p: float = Field(0.05, ge=0.0, le=1.0, description="0 disables min-p")
+    # Token inference (/v2/models/{model}/infer) limits, named and defaulted like MindIE's
+    # maxInputTokenLen and maxIterTimes (ModelDeployConfig / ScheduleConfig of MindIE Service).
+    max_input_tokens: int = Field(2048, ge=1, description="longest token-inference prompt, in tokens")
+    max_iter_times: int = Field(512, ge=1, description="cap on a token request's max_new_tokens")
 
     def build(self, name: str) -> ChatBackend:
         """The backend answering for registry name `name` (the model file loads on first request).
@@ -138,26 +142,59 @@ class OpenAICompatConfig(_Options):
         return OpenAICompatBackend(name, self)
 
 
-class KServeV2Config(BaseModel):
-    """A KServe v2 (Open Inference Protocol) endpoint. Accepted in the file; not implemented yet."""
+class KServeV2Config(_Options):
+    """A remote token server speaking KServe v2 `POST {base_url}/v2/models/{model}/infer` with UINT32 token
+    ids (MindIE's token inference interface, Triton-style servers, this project's own `/v2`).
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    Token requests are forwarded as they are. Chat requests are rendered with the chat template of
+    `tokenizer_config` (a Hugging Face `tokenizer_config.json`: `chat_template`, `bos_token`,
+    `eos_token`), tokenized with `tokenizer` (a `tokenizer.json` for the `tokenizers` library), and the
+    answer detokenized; both files are required for chat. 429 and 503 answers are retried up to
+    `max_retries` times (honouring Retry-After, at most `max_retry_wait` seconds per wait).
+    `vocab_size`, `max_seq_len` and `max_input_tokens`, when set, are checked before sending.
+    """
+
     backend: Literal["kserve_v2"]
+    base_url: AnyHttpUrl
+    model: Annotated[str, StringConstraints(min_length=1, pattern=r"^[^/]+$")]
+    tokenizer: Path | None = None
+    tokenizer_config: Path | None = None
+    timeout: float = Field(120.0, gt=0, description="seconds for the whole request, connect included")
+    max_retries: int = Field(2, ge=0, le=10, description="retries of a 429/503 answer")
+    max_retry_wait: float = Field(10.0, ge=0, description="longest wait before a retry, in seconds")
+    default_max_tokens: int = Field(256, ge=1, description="chat completion cap without max_tokens")
+    vocab_size: int | None = Field(None, ge=1)
+    max_seq_len: int | None = Field(None, ge=2)
+    max_input_tokens: int | None = Field(None, ge=1)
 
     def build(self, name: str) -> ChatBackend:
-        """Always raises `BackendNotImplemented`."""
-        raise BackendNotImplemented(f"model '{name}': backend 'kserve_v2' is not implemented yet")
+        """The backend answering for registry name `name`.
+
+        Raises `RegistryError` when a configured tokenizer file cannot be read.
+        """
+        from batchinfer.backends.kserve_v2 import KServeV2Backend
+
+        return KServeV2Backend(name, self)
 
 
-class BedrockConfig(BaseModel):
-    """An Amazon Bedrock model. Accepted in the file; not implemented yet."""
+class BedrockConfig(_Options):
+    """An Amazon Bedrock model answering chat requests through the Converse API.
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    `model_id` is a Bedrock model or inference profile id (`amazon.nova-micro-v1:0`); `region`
+    defaults to the function's own. `default_max_tokens` caps a completion without max_tokens.
+    """
+
     backend: Literal["bedrock"]
+    model_id: Annotated[str, StringConstraints(min_length=1)]
+    region: Annotated[str, StringConstraints(min_length=1)] | None = None
+    default_max_tokens: int = Field(1024, ge=1)
+    timeout: float = Field(120.0, gt=0, description="read timeout of one Converse call, in seconds")
 
     def build(self, name: str) -> ChatBackend:
-        """Always raises `BackendNotImplemented`."""
-        raise BackendNotImplemented(f"model '{name}': backend 'bedrock' is not implemented yet")
+        """The backend answering for registry name `name` (the boto3 client is created on first use)."""
+        from batchinfer.backends.bedrock import BedrockBackend
+
+        return BedrockBackend(name, self)
 
 
 ModelConfig = Annotated[

@@ -1,0 +1,13 @@
+"""Token-infer function: KServe v2 `/v2` routes (token inference on the embedded model) behind the HTTP API."""
+
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from batchinfer.infer.app import app
+from batchinfer.observability import logger, tracer
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    return app.resolve(event, context)

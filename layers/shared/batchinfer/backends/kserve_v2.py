@@ -1,0 +1,278 @@
+"""The KServe v2 token backend: a remote server taking `POST /v2/models/{model}/infer` with UINT32 token
+ids, as MindIE's token inference interface, Triton-style servers and this project's own `/v2` do.
+
+Request and response shapes: `batchinfer.infer.protocol` (KServe v2 / Open Inference Protocol,
+https://kserve.github.io/website/docs/concepts/architecture/data-plane/v2-protocol).
+
+Token requests (`generate_tokens`) are sent with every parameter explicit. Chat requests
+(`chat_completion`) are turned into token requests: the messages are rendered with the model's chat
+template (Jinja, sandboxed, as Hugging Face `apply_chat_template` does), tokenized with the model's
+`tokenizer.json` (the `tokenizers` library, no special tokens added: the template writes them), and
+the generated ids are decoded (special tokens skipped) into a `chat.completion`.
+
+OpenAI -> token parameters: `max_completion_tokens`/`max_tokens` (else `default_max_tokens`) ->
+`max_new_tokens`; `temperature` 0 -> greedy (`do_sample` false), absent -> 1.0; `top_p` -> `top_p`
+(0 -> greedy); `seed` s -> `s mod (2^64-1) + 1` (the token API wants (0, 2^64-1]); `stop` strings cut the
+decoded text; top_k is the whole vocabulary (OpenAI has none). `presence_penalty`, `frequency_penalty`
+and `response_format` `json_object` cannot be expressed as token parameters and are rejected (400).
+
+429 and 503 answers are retried here (`max_retries`, Retry-After honoured up to `max_retry_wait`);
+the final error stays `retryable`, so the shard worker may try again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+import weakref
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+from batchinfer.backends.base import BackendError
+from batchinfer.backends.common import require_utf8
+from batchinfer.backends.openai_compat import parse_retry_after
+from batchinfer.infer.protocol import (
+    INT32_MAX,
+    UINT64_MAX,
+    ModelLimits,
+    SamplingParams,
+    TokenResult,
+    token_request_body,
+)
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+    from tokenizers import Tokenizer
+
+    from batchinfer.backends.registry import KServeV2Config
+
+__all__ = ["KServeV2Backend"]
+
+_RETRIED = frozenset({429, 503})
+_MAX_ERROR_TEXT = 500
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str | None = None
+    datatype: str | None = None
+    data: list[int]
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    outputs: list[_Output]
+
+
+def _error_text(response: httpx.Response) -> str:
+    """The message of a KServe error body `{"error": "..."}`, else the body's text."""
+    try:
+        data = response.json()
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        return data["error"]
+    text = response.text.strip()[:_MAX_ERROR_TEXT]
+    return text or f"HTTP {response.status_code} {response.reason_phrase}"
+
+
+class KServeV2Backend:
+    """A `ChatBackend` and `TokenBackend` answering as registry model `name` through a KServe v2 server.
+
+    Construction raises `RegistryError` when a configured tokenizer file does not exist; the files are
+    read on the first chat request.
+    """
+
+    def __init__(self, name: str, config: KServeV2Config) -> None:
+        from batchinfer.backends.registry import RegistryError
+
+        for option in ("tokenizer", "tokenizer_config"):
+            path = getattr(config, option)
+            if path is not None and not Path(path).is_file():
+                raise RegistryError(f"model '{name}': {option} file {path} does not exist")
+        self.name = name
+        self.config = config
+        self.url = f"{str(config.base_url).rstrip('/')}/v2/models/{config.model}/infer"
+        # An AsyncClient's pool belongs to the event loop that used it: one client per live loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout))
+            self._clients[loop] = client
+        return client
+
+    # ------------------------------------------------------------------ token requests
+
+    async def token_limits(self) -> ModelLimits:
+        """The configured limits (`vocab_size`, `max_seq_len`, `max_input_tokens`); unset ones are left
+        to the remote server to check."""
+        return ModelLimits(vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
+                           max_input_tokens=self.config.max_input_tokens)
+
+    async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
+        """Send one token request and return the generated ids.
+
+        `finish_reason` is `stop` when fewer than `max_new_tokens` ids came back, else `length`.
+        Raises `BackendError`: the server's 4xx with its `{"error"}` message (408/429 retryable),
+        its 5xx (retryable; 429/503 after `max_retries` retries here), 502 `bad_response` for a
+        malformed answer, 502 `upstream_unavailable` when it cannot be reached, 504 `timeout` after
+        `timeout` seconds.
+        """
+        body = token_request_body(uuid.uuid4().hex, input_ids, params)
+
+        def wait(state: Any) -> float:
+            error = state.outcome.exception()
+            backoff = random.uniform(0, min(self.config.max_retry_wait, 0.25 * 2 ** (state.attempt_number - 1)))
+            return max(backoff, min(getattr(error, "retry_after", None) or 0.0, self.config.max_retry_wait))
+
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1), wait=wait, reraise=True,
+            retry=retry_if_exception(lambda e: isinstance(e, BackendError) and e.status_code in _RETRIED),
+        ):
+            with attempt:
+                ids = await self._post(body)
+        finish = "length" if len(ids) >= params.max_new_tokens else "stop"
+        return TokenResult(ids, finish)
+
+    async def _post(self, body: dict[str, Any]) -> list[int]:
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                response = await self._client().post(self.url, json=body)
+        except (TimeoutError, httpx.TimeoutException):
+            raise BackendError(504, f"The model server did not answer within {self.config.timeout:g} s.",
+                               type="server_error", code="timeout", retryable=True) from None
+        except httpx.TransportError as exc:
+            raise BackendError(502, f"Cannot reach the model server: {type(exc).__name__}: {exc}",
+                               type="server_error", code="upstream_unavailable", retryable=True) from None
+        status = response.status_code
+        if 200 <= status < 300:
+            try:
+                return _Response.model_validate_json(response.content).outputs[0].data
+            except (ValidationError, IndexError) as exc:
+                raise BackendError(502, f"The model server's answer is not a KServe v2 token response: {exc}",
+                                   type="server_error", code="bad_response", retryable=True) from None
+        message = _error_text(response)
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        if status in (408, 429) or status >= 500:
+            raise BackendError(status, message, type="server_error" if status >= 500 else "requests",
+                               code="rate_limit_exceeded" if status == 429 else None, retryable=True,
+                               retry_after=retry_after)
+        if 400 <= status < 500:
+            raise BackendError(status, message, code="invalid_value")
+        raise BackendError(502, f"The model server answered with unexpected HTTP {status}: {message}",
+                           type="server_error", code="bad_response")
+
+    # ------------------------------------------------------------------ chat requests
+
+    @cached_property
+    def _tokenizer(self) -> Tokenizer:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(self.config.tokenizer))
+
+    @cached_property
+    def _template(self) -> tuple[Template, str, str]:
+        """The compiled chat template with its bos and eos token strings."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        config = json.loads(Path(str(self.config.tokenizer_config)).read_text(encoding="utf-8"))
+
+        def token_text(value: Any) -> str:  # HF writes special tokens as strings or {"content": ...}
+            return value.get("content", "") if isinstance(value, dict) else (value or "")
+
+        def raise_exception(message: str) -> None:
+            from jinja2 import TemplateError
+
+            raise TemplateError(message)
+
+        # Hugging Face's own settings for chat templates (trim_blocks, lstrip_blocks, sandboxed).
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
+        template = config.get("chat_template")
+        if not isinstance(template, str) or not template:
+            raise BackendError(500, f"model '{self.name}': {self.config.tokenizer_config} has no chat_template",
+                               type="server_error", code="model_error")
+        return env.from_string(template), token_text(config.get("bos_token")), token_text(config.get("eos_token"))
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer an OpenAI chat completions body through the token server.
+
+        Raises `BackendError`: 400 for the body (as the embedded model: `invalid_value`,
+        `unsupported_parameter`, `invalid_encoding`, ...), 500 `model_error` when no tokenizer files are
+        configured, and the errors of `generate_tokens`.
+        """
+        from jinja2 import TemplateError
+
+        from batchinfer.backends.llama_cpp import _parse  # the same OpenAI body checks as the embedded model
+
+        require_utf8(body)
+        request = _parse(body)
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(request, name):
+                raise BackendError(400, f"'{name}' is not supported by this model (a token server).",
+                                   code="unsupported_parameter", param=name)
+        if request.response_format is not None and request.response_format.type != "text":
+            raise BackendError(400, "response_format json_object is not supported by this model (a token server).",
+                               code="unsupported_parameter", param="response_format")
+        if self.config.tokenizer is None or self.config.tokenizer_config is None:
+            raise BackendError(500, f"model '{self.name}' takes token ids only: set tokenizer and "
+                               "tokenizer_config in the registry to serve chat requests",
+                               type="server_error", code="model_error")
+        template, bos, eos = self._template
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
+                    for m in request.messages]
+        try:
+            prompt = template.render(messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos)
+        except TemplateError as exc:
+            raise BackendError(400, f"The model's chat template rejected the messages: {exc}",
+                               code="invalid_value", param="messages") from None
+        tokenizer = self._tokenizer
+        input_ids = tokenizer.encode(prompt, add_special_tokens=False).ids
+        if self.config.max_seq_len is not None and len(input_ids) >= self.config.max_seq_len:
+            raise BackendError(
+                400,
+                f"This model's maximum context length is {self.config.max_seq_len} tokens. However, your "
+                f"messages resulted in {len(input_ids)} tokens. Please reduce the length of the messages.",
+                code="context_length_exceeded", param="messages")
+        max_new = request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens
+        greedy = request.temperature == 0 or request.top_p == 0
+        params = SamplingParams(
+            do_sample=not greedy,
+            temperature=request.temperature if request.temperature else 1.0,
+            top_k=self.config.vocab_size or INT32_MAX,
+            top_p=request.top_p if request.top_p else 1.0,
+            seed=None if request.seed is None else request.seed % UINT64_MAX + 1,
+            max_new_tokens=max_new,
+        )
+        result = await self.generate_tokens(input_ids, params)
+        text = tokenizer.decode(result.ids, skip_special_tokens=True)
+        finish = result.finish_reason
+        stops = [request.stop] if isinstance(request.stop, str) else (request.stop or [])
+        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+        if cut >= 0:
+            text, finish = text[:cut], "stop"
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                         "logprobs": None, "finish_reason": finish}],
+            "usage": {"prompt_tokens": len(input_ids), "completion_tokens": len(result.ids),
+                      "total_tokens": len(input_ids) + len(result.ids)},
+            "system_fingerprint": None,
+        }

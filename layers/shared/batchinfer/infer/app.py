@@ -1,0 +1,116 @@
+"""The `/v2` resolver: KServe v2 token inference, health and metadata routes (API Gateway HTTP API).
+
+Routes (KServe v2 HTTP/REST, https://kserve.github.io/website/docs/concepts/architecture/data-plane/v2-protocol):
+
+| route                                   | answer                                                       |
+|-----------------------------------------|--------------------------------------------------------------|
+| `GET /v2`                               | `{"name", "version", "extensions": []}` (server metadata)     |
+| `GET /v2/health/live`, `/v2/health/ready` | `{"live": true}`, `{"ready": true}`                        |
+| `GET /v2/models/{m}`                    | `{"name", "platform", "inputs", "outputs"}` (model metadata)  |
+| `GET /v2/models/{m}/ready`              | `{"name", "ready": true}` once the model is loaded            |
+| `POST /v2/models/{m}/infer`             | token inference, see `batchinfer.infer.protocol`              |
+| `.../versions/{v}/...`                  | 400: model versions are not supported (as in MindIE)          |
+
+Every failure is `{"error": "<message>"}`: 400 for a bad request, 404 for an unknown model or route,
+504 when a request timed out; only a backend fault is a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+
+from batchinfer.backends import load_registry
+from batchinfer.infer.protocol import DATATYPE, INPUT_NAME, OUTPUT_NAME, InferError, load_json
+from batchinfer.infer.service import infer, model_limits, token_backend
+from batchinfer.observability import logger
+from batchinfer.settings import get_settings
+
+app = APIGatewayHttpResolver()
+
+SERVER_NAME, SERVER_VERSION = "batchinfer", "0.1.0"  # the version of pyproject.toml
+# Leave this much of the Lambda's time to answer when a request has to be cut short.
+_ANSWER_MARGIN_S = 1.0
+
+
+def _json(status: int, body: dict[str, Any]) -> Response:
+    return Response(status_code=status, content_type="application/json", body=json.dumps(body))
+
+
+def _backend(model: str) -> Any:
+    return token_backend(load_registry(get_settings().model_registry), model)
+
+
+def _time_left_s() -> float | None:
+    context = app.lambda_context
+    if context is None or not hasattr(context, "get_remaining_time_in_millis"):
+        return None
+    return context.get_remaining_time_in_millis() / 1000 - _ANSWER_MARGIN_S
+
+
+@app.get("/v2")
+def server_metadata() -> Response:
+    return _json(200, {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": []})
+
+
+@app.get("/v2/health/live")
+def live() -> Response:
+    return _json(200, {"live": True})
+
+
+@app.get("/v2/health/ready")
+def ready() -> Response:
+    return _json(200, {"ready": True})
+
+
+@app.get("/v2/models/<model>")
+def model_metadata(model: str) -> Response:
+    _backend(model)
+    tensor = {"datatype": DATATYPE, "shape": [1, -1]}
+    return _json(200, {
+        "name": model,
+        "platform": load_registry(get_settings().model_registry).config(model).backend,
+        "inputs": [{"name": INPUT_NAME, **tensor}],
+        "outputs": [{"name": OUTPUT_NAME, **tensor}],
+    })
+
+
+@app.get("/v2/models/<model>/ready")
+def model_ready(model: str) -> Response:
+    asyncio.run(model_limits(_backend(model)))  # loads the model: ready means it can answer now
+    return _json(200, {"name": model, "ready": True})
+
+
+@app.post("/v2/models/<model>/infer")
+def model_infer(model: str) -> Response:
+    backend = _backend(model)
+    body = load_json(app.current_event.decoded_body or "")
+    return _json(200, asyncio.run(infer(backend, body, time_limit_s=_time_left_s())))
+
+
+@app.route("/v2/models/<model>/versions/<version>", method=["GET", "POST"])
+@app.route("/v2/models/<model>/versions/<version>/<action>", method=["GET", "POST"])
+def model_version(model: str, version: str, action: str = "") -> Response:
+    raise InferError(400, f"model versions are not supported: use /v2/models/{model}/{action or ''}".rstrip("/")
+                     + f" without /versions/{version}")
+
+
+@app.exception_handler(InferError)
+def _infer_error(error: InferError) -> Response:
+    return _json(error.status, error.body())
+
+
+@app.not_found
+def _not_found(error: NotFoundError) -> Response:
+    event = app.current_event
+    return _json(404, {"error": f"no route for {event.http_method} {event.path}"})
+
+
+@app.exception_handler(Exception)
+def _unexpected(error: Exception) -> Response:
+    logger.exception("unhandled error")
+    return _json(500, {"error": "internal error"})

@@ -1,0 +1,62 @@
+"""The main job end to end through the HTTP API of the local stack, on the real embedded model.
+
+Upload a 3-line batch file, create the batch, poll until it is terminal, download the results:
+every request has exactly one answer from SmolLM2, in input order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from batchinfer_local import LocalStack
+from batchinfer_local.client import BatchClient
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[BatchClient]:
+    with LocalStack(port=0) as stack:
+        yield BatchClient(f"{stack.base_url}/v1")
+
+
+def test_a_three_line_batch_completes_with_real_answers(client: BatchClient, tmp_path: Path) -> None:
+    # Given a 3-line batch file (one of them in Chinese)
+    prompts = {"req-001": "你好,请介绍一下你自己", "req-002": "Name a colour.", "req-003": "What is 2 + 2?"}
+    path = tmp_path / "batch.jsonl"
+    path.write_text("".join(json.dumps({
+        "custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": "smollm2-135m-instruct", "max_tokens": 12, "temperature": 0, "seed": 1,
+                 "messages": [{"role": "user", "content": prompt}]}}, ensure_ascii=False) + "\n"
+        for cid, prompt in prompts.items()), encoding="utf-8")
+
+    # When it is uploaded, created and waited for through the HTTP API
+    uploaded = client.upload(path)
+    created = client.create(uploaded["id"], metadata={"suite": "e2e"})
+    batch = client.wait(created["id"], poll_s=0.5, timeout_s=240)
+
+    # Then it is completed with one real answer per request
+    assert created["status"] == "validating"
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+    assert batch["error_file_id"] is None
+    assert batch["metadata"] == {"suite": "e2e"}
+    assert batch["created_at"] <= batch["in_progress_at"] <= batch["finalizing_at"] <= batch["completed_at"]
+    lines = [json.loads(line) for line in client.content(batch["output_file_id"]).splitlines()]
+    assert [line["custom_id"] for line in lines] == list(prompts)
+    for line in lines:
+        assert line["error"] is None
+        assert line["id"].startswith("batch_req_")
+        assert line["response"]["status_code"] == 200
+        completion = line["response"]["body"]
+        assert completion["object"] == "chat.completion"
+        assert completion["model"] == "smollm2-135m-instruct"
+        assert completion["choices"][0]["message"]["content"].strip() != ""
+        usage = completion["usage"]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+        assert 0 < usage["completion_tokens"] <= 12
+    assert batch["usage"]["output_tokens"] == sum(l["response"]["body"]["usage"]["completion_tokens"] for l in lines)
