@@ -5,9 +5,18 @@
     batchinfer status BATCH_ID                the Batch object
     batchinfer download BATCH_ID [-o DIR]     output.jsonl and error.jsonl
     batchinfer demo FILE                      local stack + submit --wait + print answers, then stop
+    batchinfer keys create --account ID       a new API key (printed once; only its hash is stored)
+    batchinfer keys revoke KEY_ID|KEY         revoke a key
+    batchinfer keys list --account ID         an account's keys
+    batchinfer accounts show|set ID ...       bucket allowlist (TokenHub paths) and limit overrides
 
 The client commands talk to `--base-url` (default `$BATCHINFER_BASE_URL`, else the local stack at
-http://127.0.0.1:8000/v1) with `--api-key` (default `$BATCHINFER_API_KEY`).
+http://127.0.0.1:8000/v1) with `--api-key` (default `$BATCHINFER_API_KEY`). The local stack's key
+is `$BATCHINFER_DEV_API_KEY`, or one it generates and prints.
+
+`keys` and `accounts` write the batch table directly with your AWS credentials: name it with
+`--table` (default `$BATCHINFER_TABLE`) or `--stack-name` (its `TableName` output); `--endpoint-url`
+(or `$AWS_ENDPOINT_URL`) points them at a local stack's moto, which `batchinfer local` prints.
 """
 
 from __future__ import annotations
@@ -81,10 +90,15 @@ def _summary(batch: dict[str, Any]) -> None:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from batchinfer_local.stack import LocalStack
+    from batchinfer_local.stack import DEV_ACCOUNT, DEV_API_KEY_ENV, LocalStack
 
     with LocalStack(port=args.port) as stack:
         console.print(f"batchinfer local stack: base URL [bold]{stack.base_url}/v1[/] (Ctrl-C to stop)")
+        origin = f"generated; set ${DEV_API_KEY_ENV} to choose it" if stack.api_key_generated \
+            else f"from ${DEV_API_KEY_ENV}"
+        console.print(f"API key (account {DEV_ACCOUNT!r}, {origin}): [bold]{stack.api_key}[/]", highlight=False)
+        console.print(f"moto: {stack.moto_endpoint}, table {stack.environment['TABLE_NAME']} "
+                      "(for `batchinfer keys|accounts --endpoint-url ... --table ...`)", highlight=False)
         stopped = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopped.set())
         try:
@@ -123,11 +137,66 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with LocalStack(port=args.port) as stack:
         logging.getLogger("batchinfer").setLevel(logging.WARNING)  # the progress bar, not the handlers' logs
         console.print(f"local stack up at {stack.base_url}/v1 (moto on {stack.moto_endpoint})")
-        client = BatchClient(f"{stack.base_url}/v1")
+        client = BatchClient(f"{stack.base_url}/v1", stack.api_key)
         batch = submit_and_wait(client, Path(args.file), wait=True)
         print_answers(client, batch)
         _summary(batch)
     return 0 if batch["status"] == "completed" else 1
+
+
+def _table(args: argparse.Namespace) -> Any:
+    """The batch table named by --table / $BATCHINFER_TABLE, or by --stack-name's TableName output."""
+    import boto3
+
+    session = boto3.session.Session()
+    name = args.table
+    if not name and args.stack_name:
+        stack = session.client("cloudformation").describe_stacks(StackName=args.stack_name)["Stacks"][0]
+        name = next((o["OutputValue"] for o in stack.get("Outputs", []) if o["OutputKey"] == "TableName"), None)
+    if not name:
+        raise SystemExit("name the batch table with --table (or $BATCHINFER_TABLE) or --stack-name")
+    return session.resource("dynamodb", endpoint_url=args.endpoint_url).Table(name)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from batchinfer import accounts
+
+    table = _table(args)
+    if args.action == "create":
+        secret, key = accounts.create_key(args.account, name=args.name, table=table)
+        console.print(f"key {key.key_id} for account {key.account_id!r} (shown once, store it now):",
+                      highlight=False)
+        print(secret)
+        return 0
+    if args.action == "revoke":
+        revoked = accounts.revoke_key(args.key, table=table)
+        if revoked is None:
+            console.print(f"[red]no such key: {args.key}[/]", highlight=False)
+            return 1
+        console.print(f"revoked {revoked.key_id} of account {revoked.account_id!r}", highlight=False)
+        return 0
+    for key in accounts.list_keys(args.account, table=table):
+        state = f"revoked at {key.revoked_at}" if key.revoked_at else "active"
+        console.print(f"{key.key_id}  created {key.created_at}  {state}  {key.name or ''}", highlight=False)
+    return 0
+
+
+def cmd_accounts(args: argparse.Namespace) -> int:
+    from batchinfer import accounts
+
+    table = _table(args)
+    if args.action == "set":
+        try:
+            account = accounts.configure_account(
+                args.account, allowed_buckets=args.allow_bucket, max_active_batches=args.max_active_batches,
+                max_creates_per_minute=args.max_creates_per_minute, table=table)
+        except ValueError as error:
+            console.print(f"[red]{error}[/]", highlight=False)
+            return 2
+    else:
+        account = accounts.get_account(args.account, table=table)
+    console.print_json(account.model_dump_json())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +223,34 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("file")
     demo.add_argument("--port", type=int, default=0, help="0: any free port")
     demo.set_defaults(run=cmd_demo)
+    admin = argparse.ArgumentParser(add_help=False)
+    admin.add_argument("--table", default=os.environ.get("BATCHINFER_TABLE"), help="the batch table's name")
+    admin.add_argument("--stack-name", help="a deployed stack: its TableName output names the table")
+    admin.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"),
+                       help="DynamoDB endpoint (a local stack's moto)")
+    keys = commands.add_parser("keys", help="create, revoke and list API keys").add_subparsers(
+        dest="action", required=True)
+    create = keys.add_parser("create", parents=[admin], help="a new API key for an account")
+    create.add_argument("--account", required=True)
+    create.add_argument("--name", help="a label for the key")
+    revoke = keys.add_parser("revoke", parents=[admin], help="revoke a key by id (key_...) or by the key itself")
+    revoke.add_argument("key")
+    listing = keys.add_parser("list", parents=[admin], help="an account's keys")
+    listing.add_argument("--account", required=True)
+    for parser_ in (create, revoke, listing):
+        parser_.set_defaults(run=cmd_keys)
+    account_commands = commands.add_parser("accounts", help="account settings").add_subparsers(
+        dest="action", required=True)
+    show = account_commands.add_parser("show", parents=[admin], help="an account's settings")
+    show.add_argument("account")
+    configure = account_commands.add_parser("set", parents=[admin], help="change an account's settings")
+    configure.add_argument("account")
+    configure.add_argument("--allow-bucket", action="append", metavar="s3://NAME|cos://NAME",
+                           help="replace the bucket allowlist (repeat for several)")
+    configure.add_argument("--max-active-batches", type=int)
+    configure.add_argument("--max-creates-per-minute", type=int)
+    for parser_ in (show, configure):
+        parser_.set_defaults(run=cmd_accounts)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -18,6 +18,7 @@ from moto.server import ThreadedMotoServer
 
 from .functions import FunctionSpec, ScheduleEventSpec, SqsEventSpec, function_specs, load_handler, merged_environment
 from .http import HttpApiServer, Route, Router
+from .moto_atomic import serialize_item_operations
 from .moto_compat import complete_s3_notification
 from .resources import Resources, create_resources
 from .runtime import Activity, FunctionRuntime, ScheduleRunner, SqsPoller
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 
 # The repository's template.yaml (this package lives in <repo>/local/batchinfer_local).
 DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+# The local dev API key: this variable's value, else a generated key (printed by `batchinfer local`).
+# It belongs to the account that also owns inbox uploads (Settings.inbox_account_id's default).
+DEV_API_KEY_ENV = "BATCHINFER_DEV_API_KEY"
+DEV_ACCOUNT = "default"
 
 # Used when a schedule is a cron expression and no interval override is given.
 CRON_FALLBACK_SECONDS = 60.0
@@ -56,6 +62,8 @@ class LocalStack:
     All functions share this process, so starting sets process-wide environment variables
     (the AWS endpoint and credentials, and the functions' variables); `stop()` restores them.
     Use as a context manager: `with LocalStack(port=0) as stack: ...` starts and stops it.
+    The HTTP API needs a key: `stack.api_key` (account `DEV_ACCOUNT`) is `$BATCHINFER_DEV_API_KEY`,
+    or a fresh key when that is unset (`stack.api_key_generated`).
     """
 
     def __init__(
@@ -89,6 +97,9 @@ class LocalStack:
         self._environment: dict[str, str] = {}
         self._consumed_queues: list[str] = []
         self.resolver: Resolver | None = None
+        # The local dev API key (see `_provision_dev_key`); None until started, or for other templates.
+        self.api_key: str | None = None
+        self.api_key_generated = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> str:
@@ -123,6 +134,7 @@ class LocalStack:
             self._environment = merged_environment(specs)
             self._set_environ(self._environment)
             _forget_cached_settings()
+            self.api_key = self._provision_dev_key()
             self._load_functions(specs)
             self._start_event_sources()
         except BaseException:
@@ -272,6 +284,7 @@ class LocalStack:
     def _start_moto(self) -> None:
         # moto's werkzeug server logs every request at INFO.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
         self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
         self._moto.start()
         host, port = self._moto.get_host_and_port()
@@ -289,6 +302,25 @@ class LocalStack:
         request = urllib.request.Request(f"{self._endpoint}/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=10):
             pass
+
+    def _provision_dev_key(self) -> str | None:
+        """Store the local dev API key for account `DEV_ACCOUNT`: `$BATCHINFER_DEV_API_KEY`, else a new one.
+
+        Only for templates whose functions get a `TABLE_NAME` (batchinfer's); None otherwise.
+        """
+        table_name = self._environment.get("TABLE_NAME")
+        if not table_name:
+            return None
+        from batchinfer import accounts  # the layer package, only needed for batchinfer's own template
+
+        self.api_key_generated = not os.environ.get(DEV_API_KEY_ENV)
+        secret = os.environ.get(DEV_API_KEY_ENV) or accounts.new_secret()
+        table = boto3.session.Session().resource(
+            "dynamodb", endpoint_url=self.moto_endpoint, region_name=LOCAL_REGION,
+            aws_access_key_id="testing", aws_secret_access_key="testing").Table(table_name)
+        accounts.create_key(DEV_ACCOUNT, name="local dev key", secret=secret, table=table)
+        log.info("local dev API key for account %r: %s", DEV_ACCOUNT, secret)
+        return secret
 
     def _set_environ(self, values: Mapping[str, str], remove: list[str] | tuple[str, ...] = ()) -> None:
         for key in [*values, *remove]:
@@ -372,4 +404,4 @@ def _forget_cached_settings() -> None:
         settings.get_settings.cache_clear()
 
 
-__all__ = ["DEFAULT_TEMPLATE", "LocalStack", "TemplateError"]
+__all__ = ["DEFAULT_TEMPLATE", "DEV_ACCOUNT", "DEV_API_KEY_ENV", "LocalStack", "TemplateError"]

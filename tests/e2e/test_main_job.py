@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 @pytest.fixture(scope="module")
 def client() -> Iterator[BatchClient]:
     with LocalStack(port=0) as stack:
-        yield BatchClient(f"{stack.base_url}/v1")
+        yield BatchClient(f"{stack.base_url}/v1", stack.api_key)
 
 
 def test_a_three_line_batch_completes_with_real_answers(client: BatchClient, tmp_path: Path) -> None:

@@ -624,7 +624,8 @@ def test_model_must_be_a_non_empty_string(model: Any, shown: str) -> None:
 
 
 def _infer_line(custom_id: str, model: str = MODEL) -> dict[str, Any]:
-    body = {"inputs": [{"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]}]}
+    body = {"inputs": [{"name": "input0", "shape": [1, 2], "datatype": "UINT32", "data": [1, 2]}],
+            "outputs": [{"name": "output0"}]}
     return {"custom_id": custom_id, "method": "POST", "url": f"/v2/models/{model}/infer", "body": body}
 
 

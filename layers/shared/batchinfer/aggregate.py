@@ -77,13 +77,15 @@ def _write_file(header: dict[str, Any], kind: str, chunks: Iterator[bytes]) -> t
     """Stream one result file and record it; (file id or None when it has no lines, line count)."""
     counter = _LineCounter(chunks)
     bucket, key = header["output_bucket"], f"{header['output_prefix']}{kind}.jsonl"
-    size = storage.upload_stream(bucket, key, iter(counter))
+    where = header.get("output_where") or ""
+    size = storage.upload_stream(bucket, key, iter(counter), where=where)
     if not counter.lines:
         return None, 0
     file_id = ids.result_file_id(header["id"], kind)
     store.put_file({"id": file_id, "object": "file", "bytes": size, "created_at": store.now(),
                     "filename": f"{header['id']}_{kind}.jsonl", "purpose": "batch_output",
-                    "status": "processed", "account_id": header["account_id"], "bucket": bucket, "key": key})
+                    "status": "processed", "account_id": header["account_id"], "bucket": bucket, "key": key,
+                    "where": where})
     return file_id, counter.lines
 
 

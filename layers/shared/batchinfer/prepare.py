@@ -55,8 +55,8 @@ def prepare_batch(batch_id: str) -> str:
         buffer.clear()
 
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
-    lines = iter_physical_lines(storage.iter_chunks(header["input_bucket"], header["input_key"]),
-                                settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
+    source = storage.iter_chunks(header["input_bucket"], header["input_key"], where=header.get("input_where"))
+    lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     try:
         for line in lines:
             request = validator.feed(line)

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     model_registry: Path = DEFAULT_REGISTRY
     # Stop a shard this long before the Lambda time limit and continue in a new message.
     time_reserve_ms: int = Field(30_000, ge=0)
+    # Commit a shard's finished requests this often, so a crash loses at most this much work.
+    checkpoint_seconds: float = Field(60.0, gt=0)
+    # Claims of one shard before its remaining requests are failed (below the queue's maxReceiveCount).
+    max_shard_attempts: int = Field(4, ge=1)
+    # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).
+    shard_lease_seconds: int | None = Field(None, ge=1)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.
     stuck_after_seconds: int = Field(900, ge=1)
     # Per-account limits (an account item may override them): batch creations per calendar

@@ -56,8 +56,20 @@ def get_bytes(bucket: str, key: str, *, where: str | None = None) -> bytes:
 
 
 def put_bytes(bucket: str, key: str, data: bytes, content_type: str = "application/jsonl", *,
-              where: str | None = None) -> None:
-    s3_client(where).put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
+              where: str | None = None, metadata: dict[str, str] | None = None) -> None:
+    """One PUT of a small object, with optional user metadata (`x-amz-meta-*`)."""
+    s3_client(where).put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type,
+                                Metadata=metadata or {})
+
+
+def head_metadata(bucket: str, key: str) -> dict[str, str] | None:
+    """The user metadata of an object in the service bucket, or None when there is no such object."""
+    try:
+        return s3_client(None).head_object(Bucket=bucket, Key=key)["Metadata"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
 
 
 class _IterReader(io.RawIOBase):

@@ -355,13 +355,15 @@ def release_shard(batch_id: str, shard: int, *, owner: str) -> None:
 
 
 def commit_shard(batch_id: str, shard: int, *, start: int, end: int, size: int, part: dict[str, Any],
-                 completed: int, failed: int, input_tokens: int, output_tokens: int) -> bool:
+                 completed: int, failed: int, input_tokens: int, output_tokens: int,
+                 keep_lease: bool = False) -> bool:
     """Record requests `[start, end)` of a shard as done, with the batch counts, in one transaction.
 
     The shard's condition (`state = pending AND next_index = :start`) makes a repeated commit of the
     same work fail, so a redelivered message never counts twice; the header's condition (not sealed)
-    keeps a batch that is being finalized from changing under the aggregator. Returns False when a
-    condition failed (nothing was written).
+    keeps a batch that is being finalized from changing under the aggregator. `keep_lease` keeps the
+    caller's lease (a checkpoint: it goes on with the shard). Returns False when a condition failed
+    (nothing was written).
     """
     done = end >= size
     at = now()
@@ -370,8 +372,8 @@ def commit_shard(batch_id: str, shard: int, *, start: int, end: int, size: int, 
             "TableName": table().name,
             "Key": {"PK": batch_pk(batch_id), "SK": shard_sk(shard)},
             "UpdateExpression": ("SET next_index = :end, parts = list_append(parts, :part), #state = :state, "
-                                 "completed = completed + :c, failed = failed + :f, updated_at = :now "
-                                 "REMOVE lease_until"),
+                                 "completed = completed + :c, failed = failed + :f, updated_at = :now"
+                                 + ("" if keep_lease else " REMOVE lease_until")),
             "ConditionExpression": "#state = :pending AND next_index = :start",
             "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": {":end": end, ":part": [part], ":state": "done" if done else "pending",

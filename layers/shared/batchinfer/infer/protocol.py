@@ -69,14 +69,16 @@ class InferError(Exception):
     """A token request that cannot be served: HTTP `status` (400 bad request, 404 unknown model,
     504 timeout, 5xx backend failure) and a `message` naming the field and the allowed range.
 
-    `param` is the field's path (`parameters.top_k`, `inputs[0].data[3]`) when one is at fault.
+    `param` is the field's path (`parameters.top_k`, `inputs[0].data[3]`) when one is at fault;
+    `missing` says the field is required and absent.
     """
 
-    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
+    def __init__(self, status: int, message: str, *, param: str | None = None, missing: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.missing = missing
 
     def body(self) -> dict[str, str]:
         """The KServe v2 error body `{"error": message}`."""
@@ -355,8 +357,8 @@ def _find_non_finite(value: Any, loc: tuple[int | str, ...] = ()) -> tuple[tuple
     return None
 
 
-def _message(error: dict[str, Any]) -> tuple[str, str]:
-    """(message, path) for the first pydantic error of a request body."""
+def _message(error: Any) -> tuple[str, str]:
+    """(message, path) for a pydantic error of a request body."""
     loc = tuple(error["loc"])
     path = _path(loc)
     key = _rule_key(path)
@@ -379,8 +381,8 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
     """Check a parsed request body and resolve its defaults.
 
     With `limits` None only the model-independent rules are checked (a batch line before any model
-    is loaded): structure, types, ranges, shape against data, ids within UINT32, 0 < n <= 1024*1024.
-    With `limits`, also: the input name is "input0", ids are in [0, vocab_size), n is at most
+    is loaded): structure, types, ranges, the input name "input0", shape against data, ids within
+    UINT32, 0 < n <= 1024*1024. With `limits`, also: ids are in [0, vocab_size), n is at most
     `limits.max_prompt_tokens`, top_k >= vocab_size means vocab_size, and max_new_tokens is capped by
     max_iter_times.
 
@@ -401,8 +403,9 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
     try:
         parsed = InferRequestBody.model_validate(body)
     except ValidationError as exc:
-        message, path = _message(exc.errors(include_url=False)[0])
-        raise InferError(400, message, param=path) from None
+        first = exc.errors(include_url=False)[0]
+        message, path = _message(first)
+        raise InferError(400, message, param=path, missing=first["type"] == "missing") from None
 
     tensor = parsed.inputs[0]
     n = len(tensor.data)
@@ -412,16 +415,15 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
         where = f" ({limits.describe_prompt_limit()})" if limits is not None else ""
         raise InferError(400, f"inputs[0].data must hold n token ids with n in (0, {max_n}]{where}, got {n}",
                          param="inputs[0].data")
-    if limits is not None:
-        if tensor.name != INPUT_NAME:
-            raise InferError(400, f'inputs[0].name must be "{INPUT_NAME}" (the model\'s one input), '
-                             f"got {_describe(tensor.name)}", param="inputs[0].name")
-        if limits.vocab_size is not None:
-            for index, token in enumerate(tensor.data):
-                if token >= limits.vocab_size:
-                    raise InferError(400, f"inputs[0].data[{index}] must be a token id of the model's vocabulary, "
-                                     f"an integer in [0, {limits.vocab_size}), got integer {token}",
-                                     param=f"inputs[0].data[{index}]")
+    if tensor.name != INPUT_NAME:
+        raise InferError(400, f'inputs[0].name must be "{INPUT_NAME}" (MindIE\'s one token input), '
+                         f"got {_describe(tensor.name)}", param="inputs[0].name")
+    if limits is not None and limits.vocab_size is not None:
+        for index, token in enumerate(tensor.data):
+            if token >= limits.vocab_size:
+                raise InferError(400, f"inputs[0].data[{index}] must be a token id of the model's vocabulary, "
+                                 f"an integer in [0, {limits.vocab_size}), got integer {token}",
+                                 param=f"inputs[0].data[{index}]")
     params = _resolve(parsed.parameters or InferParameters(), limits or ModelLimits())
     request_id = parsed.id if parsed.id is not None else uuid.uuid4().hex
     return TokenRequest(id=request_id, input_ids=list(tensor.data), output_name=parsed.outputs[0].name, params=params)
@@ -436,10 +438,12 @@ def _check_shape(shape: list[int], n: int) -> None:
         raise InferError(400, f"inputs[0].shape[0] must be 1 (one sequence per request; shape [1, n]), "
                          f"got {shape[0]}", param="inputs[0].shape[0]")
     dim = len(shape) - 1
+    if shape[dim] <= 0 < n:
+        raise InferError(400, f"inputs[0].shape[{dim}] must be a positive integer, the number of token ids in "
+                         f"inputs[0].data ({n}), got {shape[dim]}", param=f"inputs[0].shape[{dim}]")
     if shape[dim] != n:
         raise InferError(400, f"inputs[0].shape[{dim}] must equal the number of token ids in inputs[0].data: "
-                         f"shape {shown} expects {shape[dim]} token ids, data gives {n}",
-                         param=f"inputs[0].shape[{dim}]")
+                         f"{shape[dim]} expected by shape {shown}, {n} given", param=f"inputs[0].shape[{dim}]")
 
 
 def _resolve(p: InferParameters, limits: ModelLimits) -> SamplingParams:

@@ -19,7 +19,7 @@ from batchinfer.infer.protocol import (
     parse_infer_request,
 )
 
-__all__ = ["infer", "infer_batch_body", "model_limits", "token_backend"]
+__all__ = ["TokenRequests", "infer", "infer_batch_body", "model_limits", "token_backend"]
 
 
 def token_backend(registry: ModelRegistry, name: str) -> TokenBackend:
@@ -86,3 +86,22 @@ async def infer_batch_body(backend: TokenBackend, body: dict[str, Any]) -> dict[
         return await _infer(backend, body, None)
     except InferError as error:
         raise BackendError(error.status, error.message, code="invalid_value", param=error.param) from None
+
+
+class TokenRequests:
+    """The shard worker's view of a model for a token batch (`/v2/models/{model}/infer`).
+
+    The worker sends every request body through `chat_completion(body)` (the `ChatBackend` protocol);
+    for a token batch that body is a KServe v2 token request, answered by `infer_batch_body`.
+    """
+
+    def __init__(self, backend: object) -> None:
+        self.backend = backend
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one token-request line: the KServe v2 response, or `BackendError` (400 for a bad body or
+        a model that takes no token ids; the backend's own errors otherwise)."""
+        if not isinstance(self.backend, TokenBackend):
+            raise BackendError(400, "this model does not take token ids; token batches are served for llama_cpp "
+                               "and kserve_v2 models", code="model_not_supported")
+        return await infer_batch_body(self.backend, body)

@@ -1,0 +1,100 @@
+"""Fault injection for the local stack's chaos mode; inert unless `BATCHINFER_CHAOS` is set.
+
+`BATCHINFER_CHAOS` is a JSON object of fault rates in [0, 1] and a seed, e.g.
+`{"seed": 7, "crash_before_commit": 0.05, "crash_after_commit": 0.05, "backend_error": 0.05,
+"slow_backend": 0.05, "duplicate_delivery": 0.05}`. Crashes raise `ChaosCrash` at named points of
+the pipeline (the handler then fails like a crashed Lambda: SQS redelivers); backend faults are
+injected by `ChaosBackend`; duplicate delivery is done by the local stack's SQS pollers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import threading
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from batchinfer.backends.base import BackendError
+
+
+class ChaosConfig(BaseModel):
+    """Fault rates (probability per opportunity) and the seed of their random choices."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    crash_before_commit: float = Field(0.0, ge=0, le=1)
+    crash_after_commit: float = Field(0.0, ge=0, le=1)
+    crash_in_aggregator: float = Field(0.0, ge=0, le=1)
+    backend_error: float = Field(0.0, ge=0, le=1)
+    slow_backend: float = Field(0.0, ge=0, le=1)
+    slow_backend_seconds: float = Field(0.5, ge=0)
+    duplicate_delivery: float = Field(0.0, ge=0, le=1)
+
+
+class ChaosCrash(RuntimeError):
+    """An injected crash: the invocation ends here, as if the Lambda had died."""
+
+
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _state() -> tuple[ChaosConfig, random.Random] | None:
+    raw = os.environ.get("BATCHINFER_CHAOS")
+    if not raw:
+        return None
+    config = ChaosConfig.model_validate(json.loads(raw))
+    return config, random.Random(config.seed)
+
+
+def reset() -> None:
+    """Forget the cached config (tests change `BATCHINFER_CHAOS` between runs)."""
+    _state.cache_clear()
+
+
+def roll(fault: str) -> bool:
+    """True with the configured probability of `fault` (always False when chaos is off)."""
+    state = _state()
+    if state is None:
+        return False
+    config, rng = state
+    with _lock:
+        return rng.random() < getattr(config, fault)
+
+
+def crash_point(fault: str) -> None:
+    """Raise `ChaosCrash` here with the probability of `fault`."""
+    if roll(fault):
+        raise ChaosCrash(fault)
+
+
+class ChaosBackend:
+    """Wraps a backend: some requests fail with a retryable 503 or answer slowly."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        await self._faults()
+        return await self.inner.chat_completion(body)
+
+    async def _faults(self) -> None:
+        if roll("slow_backend"):
+            state = _state()
+            await asyncio.sleep(state[0].slow_backend_seconds if state else 0)
+        if roll("backend_error"):
+            raise BackendError(503, "injected backend fault", type="server_error", code="chaos", retryable=True)
+
+
+def wrap(backend: Any) -> Any:
+    """`backend` itself when chaos is off, else a `ChaosBackend` around it."""
+    return backend if _state() is None else ChaosBackend(backend)

@@ -1,0 +1,194 @@
+"""Support for the HTTP API tests on the local stack: keys, batch files, polling, a holdable upstream.
+
+`HoldableUpstream` is a real OpenAI-compatible HTTP server on loopback (served to the pipeline through
+the registry's `openai` backend) whose requests can be held on demand: the one thing a real model
+server can't do, and what a test of cancel or expiry *while requests run* needs to be exact.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from batchinfer import accounts
+from batchinfer_local import LocalStack
+
+MODEL = "smollm2-135m-instruct"
+SCRIPTED = "scripted-model"
+TERMINAL = {"completed", "failed", "expired", "cancelled"}
+
+
+def chat_line(custom_id: str, content: str, *, model: str = MODEL, max_tokens: int = 2, **extra: Any) -> str:
+    """One batch input line for /v1/chat/completions (greedy, tiny answers: quick on the real model)."""
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "seed": 1,
+            "messages": [{"role": "user", "content": content}], **extra}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body},
+                      ensure_ascii=False)
+
+
+def jsonl(*lines: str) -> bytes:
+    return "".join(line + "\n" for line in lines).encode()
+
+
+class HoldableUpstream:
+    """An OpenAI-compatible `/v1/chat/completions` server: prompts containing `HOLD` wait for `release()`,
+    prompts containing `FAIL` get a 400 error.
+
+    `arrivals` lists the prompts in the order they arrived; `held` is set once a HOLD prompt arrived.
+    Every answer is a chat completion with usage (3 prompt + 2 completion tokens).
+    """
+
+    def __init__(self) -> None:
+        self.arrivals: list[str] = []
+        self.held = threading.Event()
+        self._release = threading.Event()
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                prompt = body["messages"][-1]["content"]
+                upstream.arrivals.append(prompt)
+                if "HOLD" in prompt:
+                    upstream.held.set()
+                    upstream._release.wait(timeout=60)
+                if "FAIL" in prompt:
+                    self._send(400, {"error": {"message": "scripted failure", "type": "invalid_request_error",
+                                               "param": None, "code": "scripted"}})
+                    return
+                self._send(200, {
+                    "id": f"chatcmpl-{len(upstream.arrivals)}", "object": "chat.completion", "created": 0,
+                    "model": body.get("model"), "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                        "role": "assistant", "content": f"echo: {prompt}"}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def release(self) -> None:
+        """Let held requests (and later HOLD prompts) answer."""
+        self._release.set()
+
+    def rearm(self) -> None:
+        """Hold HOLD prompts again (after a `release`), with a fresh `arrivals` log."""
+        self.arrivals.clear()
+        self.held.clear()
+        self._release.clear()
+
+    def __enter__(self) -> HoldableUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def write_registry(path: Path, upstream: HoldableUpstream) -> Path:
+    """A model registry serving the embedded SmolLM2 and `scripted-model` on the holdable upstream."""
+    path.write_text(f"""models:
+  {MODEL}:
+    backend: llama_cpp
+    n_ctx: 2048
+  {SCRIPTED}:
+    backend: openai
+    base_url: {upstream.base_url}
+    model: scripted
+    timeout: 90
+""")
+    return path
+
+
+@contextmanager
+def stack_with_upstream(tmp_path: Path, **stack_args: Any) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
+    """A local stack whose registry also serves `scripted-model` from a `HoldableUpstream`."""
+    with HoldableUpstream() as upstream, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MODEL_REGISTRY", str(write_registry(tmp_path / "models.yaml", upstream)))
+        with LocalStack(port=0, **stack_args) as stack:
+            yield stack, upstream
+
+
+def api_client(stack: LocalStack, key: str | None) -> httpx.Client:
+    """An httpx client of `<stack>/v1` sending `key` as the bearer token (None: no Authorization)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=f"{stack.base_url}/v1", headers=headers, timeout=30)
+
+
+def new_account(account_id: str, **settings: Any) -> str:
+    """A key for a new account (with `accounts.configure_account` settings); the stack must be running."""
+    secret, _ = accounts.create_key(account_id, name="test")
+    if settings:
+        accounts.configure_account(account_id, **settings)
+    return secret
+
+
+def upload(http: httpx.Client, data: bytes, name: str = "input.jsonl") -> str:
+    """POST /v1/files (purpose batch); the new file id."""
+    response = http.post("/files", data={"purpose": "batch"}, files={"file": (name, data, "application/jsonl")})
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+def create(http: httpx.Client, file_id: str, **fields: Any) -> httpx.Response:
+    """POST /v1/batches for an uploaded file (OpenAI dialect)."""
+    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h", **fields}
+    return http.post("/batches", json=body)
+
+
+def wait_for(http: httpx.Client, batch_id: str, statuses: set[str] = TERMINAL, timeout: float = 120.0,
+             ) -> dict[str, Any]:
+    """Poll GET /v1/batches/{id} until its status is one of `statuses`; the Batch object."""
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = http.get(f"/batches/{batch_id}").raise_for_status().json()
+        if batch["status"] in statuses:
+            return batch
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"batch {batch_id} still {batch['status']} after {timeout} s")
+        time.sleep(0.2)
+
+
+def wait_until(predicate: Any, timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached after {timeout} s")
+        time.sleep(0.1)
+
+
+def result_lines(http: httpx.Client, file_id: str | None) -> list[dict[str, Any]]:
+    """The parsed lines of a result file (none for a missing file)."""
+    if file_id is None:
+        return []
+    response = http.get(f"/files/{file_id}/content")
+    assert response.status_code == 200, response.text
+    return [json.loads(line) for line in response.content.splitlines()]
