@@ -1,4 +1,4 @@
-"""Token-infer function: KServe v2 `/v2` routes (token inference on the embedded model) behind the HTTP API."""
+"""Token-infer function: the KServe v2 `/v2` routes (token inference on the embedded model), HTTP API."""
 
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext

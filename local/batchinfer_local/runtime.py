@@ -23,6 +23,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from batchinfer import chaos
+
 from .functions import FunctionSpec, Handler, ScheduleEventSpec, SqsEventSpec
 from .moto_compat import md5_hex
 
@@ -259,6 +261,10 @@ class SqsPoller(threading.Thread):
             )
             for failure in response.get("Failed", []):
                 log.warning("%s: could not delete a message: %s", self.name, failure)
+        # Chaos mode: SQS is at-least-once; deliver some messages again (`duplicate_delivery`).
+        for message in messages:
+            if chaos.roll("duplicate_delivery"):
+                self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=message["Body"])
         retry = [mid for mid in ids if mid in failed]
         for chunk in _chunks(retry, 10):
             self._sqs.change_message_visibility_batch(

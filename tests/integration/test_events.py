@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from batchinfer import accounts
 from support.moto_env import Aws, load_event
+
+# The API events carry this key (for `sam local invoke`, store it with `batchinfer keys` or use your own).
+SAMPLE_KEY = "sk-bi-sample-key-for-sam-local-invoke"
+
+
+@pytest.fixture(autouse=True)
+def _sample_key(moto_aws: Aws) -> None:
+    accounts.create_key("default", secret=SAMPLE_KEY)
 
 
 def test_api_create_batch_with_an_unknown_file_is_a_404_envelope(moto_aws: Aws) -> None:
@@ -12,7 +23,7 @@ def test_api_create_batch_with_an_unknown_file_is_a_404_envelope(moto_aws: Aws) 
     assert response["statusCode"] == 404
     error = json.loads(response["body"])["error"]
     assert (error["message"], error["type"], error["code"]) == (
-        "No such file: file-0123456789abcdef01234567", "invalid_request_error", "file_not_found")
+        "No such File object: file-0123456789abcdef01234567", "invalid_request_error", "file_not_found")
 
 
 def test_api_retrieve_batch_unknown_is_404(moto_aws: Aws) -> None:

@@ -82,6 +82,8 @@ def test_globals_environment_names_every_setting() -> None:
         "FINALIZE_QUEUE_URL": {"Ref": "FinalizeQueue"},
         "SHARD_SIZE": {"Ref": "ShardSize"},
         "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
+        "COS_ENDPOINT_URL": {"Ref": "CosEndpointUrl"},
+        "COS_CREDENTIALS_SECRET": {"Ref": "CosCredentialsSecret"},
     }
     assert RESOURCES["DataBucket"]["Properties"]["BucketName"] == {
         "Fn::Sub": "batchinfer-${AWS::AccountId}-${AWS::Region}-data"

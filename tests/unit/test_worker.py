@@ -42,6 +42,7 @@ def _requests(n: int) -> list[Request]:
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "BACKOFF_BASE_S", 0.0)
+    monkeypatch.setattr(worker, "OVERLOADED_BACKOFF_BASE_S", 0.0)
 
 
 def test_parse_shard_keeps_line_numbers_and_u2028() -> None:
@@ -68,14 +69,14 @@ def test_stops_launching_near_the_time_limit() -> None:
 def test_retryable_errors_are_retried_then_recorded() -> None:
     backend = ScriptedBackend(failures={
         "p0": [BackendError(503, "busy", retryable=True)],
-        "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)] * worker.MAX_ATTEMPTS,
+        "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)] * worker.MAX_OVERLOADED_ATTEMPTS,
         "p2": [BackendError(400, "bad", code="context_length_exceeded")],
     })
     outcomes = asyncio.run(run_requests(backend, _requests(3), "batch_x", concurrency=1,
                                         time_left_ms=lambda: 10**9, reserve_ms=0))
     assert [o.status_code for o in outcomes] == [200, 429, 400]
     assert backend.calls.count("p0") == 2
-    assert backend.calls.count("p1") == worker.MAX_ATTEMPTS
+    assert backend.calls.count("p1") == worker.MAX_OVERLOADED_ATTEMPTS  # overload: more, shorter waits
     assert backend.calls.count("p2") == 1  # a 4xx is the request's fault: never retried
     assert outcomes[2].body == {"error": {"message": "bad", "type": "invalid_request_error", "param": None,
                                           "code": "context_length_exceeded"}}
@@ -101,3 +102,32 @@ def test_render_puts_successes_first_and_counts_tokens() -> None:
     assert data[:output_bytes].count(b"\n") == 2
     assert lines[2]["response"] == {"status_code": 400, "request_id": "r2", "body": {"error": {"message": "m"}}}
     assert counts == {"completed": 2, "failed": 1, "input_tokens": 4, "output_tokens": 3}
+
+
+class CapacityBackend(ScriptedBackend):
+    """A backend that answers 429 beyond `capacity` requests in flight, like TGI's max_concurrent_requests."""
+
+    def __init__(self, capacity: int, delay: float) -> None:
+        super().__init__(delay=delay)
+        self.capacity, self.refused = capacity, 0
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.in_flight >= self.capacity:
+            self.refused += 1
+            raise BackendError(429, "overloaded", retryable=True)
+        return await super().chat_completion(body)
+
+
+def test_concurrency_adapts_to_the_backends_capacity() -> None:
+    # Given a backend that takes 5 at a time, and a worker allowed 20
+    backend = CapacityBackend(capacity=5, delay=0.01)
+
+    # When 100 requests run
+    outcomes = asyncio.run(run_requests(backend, _requests(100), "batch_x", concurrency=20,
+                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+
+    # Then every request succeeded, never more than 5 at once, and the limiter settled near 5
+    assert [o.status_code for o in outcomes] == [200] * 100
+    assert backend.peak == 5
+    assert backend.refused > 0
+    assert 4 <= worker.limiter_for(backend, 20).limit <= 6

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from batchinfer import ids, storage, store
+from batchinfer import chaos, ids, storage, store
 from batchinfer.observability import logger
 from batchinfer.schemas import result_line
 from batchinfer.settings import get_settings
@@ -102,6 +102,7 @@ def finalize_batch(batch_id: str) -> str:
     final = BatchStatus(sealed["final_status"])
     shards = list(store.query_shards(batch_id))
     output_id, completed = _write_file(sealed, "output", _result_parts(settings.bucket_name, shards, errors=False))
+    chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
         yield from _result_parts(settings.bucket_name, shards, errors=True)

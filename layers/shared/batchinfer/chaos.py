@@ -14,6 +14,7 @@ import json
 import os
 import random
 import threading
+from collections import Counter
 from functools import lru_cache
 from typing import Any
 
@@ -42,20 +43,24 @@ class ChaosCrash(RuntimeError):
 
 
 _lock = threading.Lock()
+# How many times each fault fired since the last `reset()` (tests check the faults happened).
+injected: Counter[str] = Counter()
 
 
 @lru_cache(maxsize=1)
-def _state() -> tuple[ChaosConfig, random.Random] | None:
+def _state() -> tuple[ChaosConfig, dict[str, random.Random]] | None:
     raw = os.environ.get("BATCHINFER_CHAOS")
     if not raw:
         return None
     config = ChaosConfig.model_validate(json.loads(raw))
-    return config, random.Random(config.seed)
+    # One stream per fault: a fault's draws don't depend on how other faults' draws interleave.
+    return config, {name: random.Random(f"{config.seed}/{name}") for name in ChaosConfig.model_fields}
 
 
 def reset() -> None:
-    """Forget the cached config (tests change `BATCHINFER_CHAOS` between runs)."""
+    """Forget the cached config and the fault counts (tests change `BATCHINFER_CHAOS` between runs)."""
     _state.cache_clear()
+    injected.clear()
 
 
 def roll(fault: str) -> bool:
@@ -63,9 +68,12 @@ def roll(fault: str) -> bool:
     state = _state()
     if state is None:
         return False
-    config, rng = state
+    config, streams = state
     with _lock:
-        return rng.random() < getattr(config, fault)
+        fired = streams[fault].random() < getattr(config, fault)
+        if fired:
+            injected[fault] += 1
+        return fired
 
 
 def crash_point(fault: str) -> None:

@@ -164,7 +164,7 @@ class CreateBatchRequest(BaseModel):
     input_file_id: str = Field(min_length=1, max_length=2048)
     endpoint: Literal["/v1/chat/completions"] | None = Field(
         None, description="required unless input_source is user_s3 or user_cos")
-    completion_window: str = Field("24h", max_length=8, description="whole hours, '1h' to '168h'")
+    completion_window: str = Field("24h", pattern=r"^[1-9][0-9]{0,2}h$", description="whole hours, '1h' to '168h'")
     metadata: Metadata = None
     name: str | None = Field(None, max_length=256)
     input_source: InputSource = "file"

@@ -8,7 +8,8 @@
 | upload | `UPLOAD#<id>`  | `META`         |
 | account counters | `ACCOUNT#<id>` | `LIMITS` (active batches), `RATE#<minute>` (creations) |
 
-GSI1 (`GSI1PK = ACCOUNT#<account>`, `GSI1SK = <created_at>#<id>`) lists an account's batches and files.
+GSI1 (`GSI1PK = ACCOUNT#<account>` / `FILES#<account>`, `GSI1SK = <created_at>#<nanoseconds>#<id>`) lists an
+account's batches and files in creation order (the nanoseconds order what one second created).
 Every status change is an `update_item` whose condition lists the allowed source statuses
 (`status.allowed_sources`); a failed condition is reported as `None`/`False`, never raised.
 
@@ -36,6 +37,12 @@ META = "META"
 def now() -> int:
     """Current Unix time in seconds."""
     return int(time.time())
+
+
+def sort_key(created_at: int, item_id: str) -> str:
+    """The GSI1 sort key of a batch or file: creation second, then nanoseconds now (ties within a second
+    sort in the order they were written), then the id."""
+    return f"{created_at:010d}#{time.time_ns() % 1_000_000_000:09d}#{item_id}"
 
 
 def batch_pk(batch_id: str) -> str:
@@ -69,7 +76,7 @@ def put_batch(item: dict[str, Any]) -> bool:
     Returns False when a batch with that id exists already (idempotent create).
     """
     record = {"PK": batch_pk(item["id"]), "SK": META, "GSI1PK": f"ACCOUNT#{item['account_id']}",
-              "GSI1SK": f"{item['created_at']:010d}#{item['id']}", **item}
+              "GSI1SK": sort_key(item["created_at"], item["id"]), **item}
     try:
         table().put_item(Item=record, ConditionExpression="attribute_not_exists(PK)")
     except ClientError as error:
@@ -193,8 +200,8 @@ def create_batch_limited(item: dict[str, Any], *, max_active: int | None, max_pe
     """
     at = now() if at is None else at
     account = account_pk(item["account_id"])
-    record = {"PK": batch_pk(item["id"]), "SK": META, "GSI1PK": account, "GSI1SK": f"{item['created_at']:010d}#{item['id']}",
-              **item, "active_counted": True}
+    record = {"PK": batch_pk(item["id"]), "SK": META, "GSI1PK": account,
+              "GSI1SK": sort_key(item["created_at"], item["id"]), **item, "active_counted": True}
     name = table().name
     active: dict[str, Any] = {"TableName": name, "Key": {"PK": account, "SK": LIMITS_SK},
                               "UpdateExpression": "ADD active_batches :one", "ExpressionAttributeValues": {":one": 1}}
@@ -412,7 +419,7 @@ def commit_shard(batch_id: str, shard: int, *, start: int, end: int, size: int, 
 def put_file(item: dict[str, Any]) -> None:
     """Store (or overwrite) a file record; `item` holds the File fields plus `account_id`, `bucket`, `key`."""
     table().put_item(Item={"PK": f"FILE#{item['id']}", "SK": META, "GSI1PK": f"FILES#{item['account_id']}",
-                           "GSI1SK": f"{item['created_at']:010d}#{item['id']}", **item})
+                           "GSI1SK": sort_key(item["created_at"], item["id"]), **item})
 
 
 def list_files(account_id: str, *, limit: int) -> list[dict[str, Any]]:
@@ -449,7 +456,7 @@ def page_files(account_id: str, *, limit: int, after: str | None = None, purpose
         if anchor is None or anchor.get("account_id") != account_id:
             return [], False
         kwargs["ExclusiveStartKey"] = {"PK": f"FILE#{after}", "SK": META, "GSI1PK": f"FILES#{account_id}",
-                                       "GSI1SK": f"{anchor['created_at']:010d}#{after}"}
+                                       "GSI1SK": anchor["GSI1SK"]}
     items: list[dict[str, Any]] = []
     while True:
         page = table().query(**kwargs)

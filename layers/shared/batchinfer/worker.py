@@ -13,13 +13,15 @@ import asyncio
 import json
 import random
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from batchinfer import chaos, ids, queues, storage, store
+from batchinfer.concurrency import AIMDLimiter
 from batchinfer.backends import load_registry
 from batchinfer.backends.base import BackendError, ChatBackend
 from batchinfer.observability import logger
@@ -29,6 +31,11 @@ from batchinfer.status import BatchStatus
 
 MAX_ATTEMPTS = 4
 BACKOFF_BASE_S, BACKOFF_CAP_S = 0.5, 20.0
+# An overloaded backend (429, 503) is normal under a batch: the limiter cuts the requests in flight,
+# so the refused request retries soon and more often than after other errors (a batch is patient).
+MAX_OVERLOADED_ATTEMPTS = 8
+OVERLOADED_BACKOFF_BASE_S = 0.05
+OVERLOADED = frozenset({429, 503})
 # One loop per process: backends may keep connection pools bound to it across invocations.
 _LOOP = asyncio.new_event_loop()
 
@@ -68,12 +75,22 @@ def parse_shard(data: bytes) -> list[Request]:
     return requests
 
 
-def _wait(state: Any) -> float:
+def _overloaded(error: BaseException | None) -> bool:
+    return isinstance(error, BackendError) and error.status_code in OVERLOADED
+
+
+def _wait(state: RetryCallState) -> float:
     """Capped exponential backoff with full jitter, never shorter than the backend's Retry-After."""
-    error = state.outcome.exception()
-    backoff = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (state.attempt_number - 1)))
+    error = state.outcome.exception() if state.outcome else None
+    base = OVERLOADED_BACKOFF_BASE_S if _overloaded(error) else BACKOFF_BASE_S
+    backoff = random.uniform(0, min(BACKOFF_CAP_S, base * 2 ** (state.attempt_number - 1)))
     retry_after = getattr(error, "retry_after", None) or 0.0
     return max(backoff, min(retry_after, BACKOFF_CAP_S))
+
+
+def _stop(state: RetryCallState) -> bool:
+    error = state.outcome.exception() if state.outcome else None
+    return state.attempt_number >= (MAX_OVERLOADED_ATTEMPTS if _overloaded(error) else MAX_ATTEMPTS)
 
 
 def for_endpoint(backend: ChatBackend, endpoint: str) -> ChatBackend:
@@ -88,7 +105,11 @@ def for_endpoint(backend: ChatBackend, endpoint: str) -> ChatBackend:
 
 
 async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, Any]:
-    """One request with retries of retryable `BackendError`s (429, 5xx, timeouts); re-raises the last."""
+    """One request with retries of retryable `BackendError`s (429, 5xx, timeouts); re-raises the last.
+
+    Overload answers (429, 503) get `MAX_OVERLOADED_ATTEMPTS` tries with short waits, other retryable
+    errors `MAX_ATTEMPTS` with longer ones; a Retry-After is always honoured (up to `BACKOFF_CAP_S`).
+    """
     # A string that can't be UTF-8 encoded (lone surrogate) can't be sent to any model.
     try:
         json.dumps(body, ensure_ascii=False).encode("utf-8")
@@ -96,27 +117,66 @@ async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, 
         raise BackendError(400, f"request body is not valid Unicode: {error.reason} at position {error.start}",
                            code="invalid_encoding") from None
     async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(MAX_ATTEMPTS), wait=_wait, reraise=True,
+            stop=_stop, wait=_wait, reraise=True,
             retry=retry_if_exception(lambda e: isinstance(e, BackendError) and e.retryable)):
         with attempt:
             return await backend.chat_completion(body)
     raise AssertionError("unreachable")
 
 
+class _Limited:
+    """`backend` with each call holding a permit of `limiter`; a retry waits outside the window."""
+
+    def __init__(self, backend: ChatBackend, limiter: AIMDLimiter) -> None:
+        self.backend, self.limiter = backend, limiter
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        permit = await self.limiter.acquire()
+        overloaded = False
+        try:
+            return await self.backend.chat_completion(body)
+        except BackendError as error:
+            overloaded = error.status_code in OVERLOADED
+            raise
+        finally:
+            self.limiter.release(permit, overloaded=overloaded)
+
+
+_LIMITERS: weakref.WeakKeyDictionary[Any, AIMDLimiter] = weakref.WeakKeyDictionary()
+
+
+def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
+    """The process's concurrency limiter for `backend`, at most `maximum` in flight.
+
+    Kept per backend, so what it learned of the backend's capacity outlives one `run_requests`
+    (checkpoint windows, warm invocations) instead of being probed again with 429s.
+    """
+    try:
+        limiter = _LIMITERS.get(backend)
+    except TypeError:  # not weakly referenceable: a limiter for this run only
+        return AIMDLimiter(maximum)
+    if limiter is None or limiter.maximum != maximum:
+        limiter = _LIMITERS[backend] = AIMDLimiter(maximum)
+    return limiter
+
+
 async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: str, *, concurrency: int,
                        time_left_ms: Callable[[], int], reserve_ms: int) -> list[Outcome]:
-    """Run requests with at most `concurrency` in flight, in order of launch.
+    """Run requests, launched in input order, at most `concurrency` in flight.
 
-    Stops launching when `time_left_ms()` drops under `reserve_ms`; every launched request finishes,
-    so the outcomes are those of a prefix of `requests`, in input order.
+    How many are really in flight adapts to the backend (`limiter_for`): AIMD between 1 and
+    `concurrency`, cut on 429/503 answers and grown back on successes, so the backend is kept full
+    without being flooded. Stops launching when `time_left_ms()` drops under `reserve_ms`; every
+    launched request finishes, so the outcomes are those of a prefix of `requests`, in input order.
     """
-    slots = asyncio.Semaphore(concurrency)
+    limited = _Limited(backend, limiter_for(backend, concurrency))
+    launched = asyncio.Semaphore(concurrency)  # requests launched and not answered yet, retries included
     outcomes: list[Outcome | None] = [None] * len(requests)
 
     async def one(index: int, request: Request) -> None:
         request_id = ids.request_id(batch_id, request.line)
         try:
-            body = await call_backend(backend, request.body)
+            body = await call_backend(limited, request.body)
             outcomes[index] = Outcome(request, 200, body, body.get("id") or request_id)
         except BackendError as error:
             outcomes[index] = Outcome(request, error.status_code, error.body(), request_id)
@@ -125,13 +185,13 @@ async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: 
             outcomes[index] = Outcome(request, 500, BackendError(500, f"backend error: {error}",
                                                                  type="server_error").body(), request_id)
         finally:
-            slots.release()
+            launched.release()
 
     tasks = []
     for index, request in enumerate(requests):
-        await slots.acquire()
+        await launched.acquire()
         if time_left_ms() < reserve_ms:
-            slots.release()
+            launched.release()
             break
         tasks.append(asyncio.create_task(one(index, request)))
     await asyncio.gather(*tasks)

@@ -21,8 +21,18 @@ def bedrock(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[BedrockBackend, S
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    registry = ModelRegistry.from_dict({"models": {"nova": {"backend": "bedrock", "model_id": MODEL_ID,
-                                                            "region": "us-east-1", "default_max_tokens": 64}}})
+    registry = ModelRegistry.from_dict(
+        {
+            "models": {
+                "nova": {
+                    "backend": "bedrock",
+                    "model_id": MODEL_ID,
+                    "region": "us-east-1",
+                    "default_max_tokens": 64,
+                }
+            }
+        }
+    )
     backend = registry.backend("nova")
     assert isinstance(backend, BedrockBackend)
     with Stubber(backend.client) as stubber:
@@ -49,26 +59,38 @@ def test_chat_body_becomes_a_converse_call_and_its_answer_a_completion(
 ) -> None:
     backend, stubber = bedrock
     # Given Bedrock answers the exact Converse request the body maps to
-    stubber.add_response("converse", answer("Paris."), {
-        "modelId": MODEL_ID,
-        "system": [{"text": "Be brief."}, {"text": "Answer in English."}],
-        "messages": [
-            {"role": "user", "content": [{"text": "Capital of France?"}, {"text": "One word."}]},
-            {"role": "assistant", "content": [{"text": "Which country?"}]},
-            {"role": "user", "content": [{"text": "France."}]},
-        ],
-        "inferenceConfig": {"maxTokens": 20, "temperature": 0.2, "topP": 0.9, "stopSequences": ["\n\n"]},
-    })
+    stubber.add_response(
+        "converse",
+        answer("Paris."),
+        {
+            "modelId": MODEL_ID,
+            "system": [{"text": "Be brief."}, {"text": "Answer in English."}],
+            "messages": [
+                {"role": "user", "content": [{"text": "Capital of France?"}, {"text": "One word."}]},
+                {"role": "assistant", "content": [{"text": "Which country?"}]},
+                {"role": "user", "content": [{"text": "France."}]},
+            ],
+            "inferenceConfig": {"maxTokens": 20, "temperature": 0.2, "topP": 0.9, "stopSequences": ["\n\n"]},
+        },
+    )
 
     # When a chat body with two system messages and two consecutive user messages is sent
-    out = complete(backend, max_tokens=20, temperature=0.2, top_p=0.9, stop="\n\n", seed=7, messages=[
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Capital of France?"},
-        {"role": "user", "content": [{"type": "text", "text": "One word."}]},
-        {"role": "assistant", "content": "Which country?"},
-        {"role": "developer", "content": "Answer in English."},
-        {"role": "user", "content": "France."},
-    ])
+    out = complete(
+        backend,
+        max_tokens=20,
+        temperature=0.2,
+        top_p=0.9,
+        stop="\n\n",
+        seed=7,
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "user", "content": [{"type": "text", "text": "One word."}]},
+            {"role": "assistant", "content": "Which country?"},
+            {"role": "developer", "content": "Answer in English."},
+            {"role": "user", "content": "France."},
+        ],
+    )
 
     # Then it is an OpenAI chat.completion
     created = out.pop("created")
@@ -77,8 +99,14 @@ def test_chat_body_becomes_a_converse_call_and_its_answer_a_completion(
         "id": "chatcmpl-4f1c0f1e-0000-4000-8000-000000000001",
         "object": "chat.completion",
         "model": "nova",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris.", "refusal": None},
-                     "logprobs": None, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Paris.", "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
         "system_fingerprint": None,
     }
@@ -86,11 +114,15 @@ def test_chat_body_becomes_a_converse_call_and_its_answer_a_completion(
 
 def test_default_max_tokens_and_length_finish(bedrock: tuple[BedrockBackend, Stubber]) -> None:
     backend, stubber = bedrock
-    stubber.add_response("converse", answer("Once upon", "max_tokens", (5, 64)), {
-        "modelId": MODEL_ID,
-        "messages": [{"role": "user", "content": [{"text": "Tell a story."}]}],
-        "inferenceConfig": {"maxTokens": 64},
-    })
+    stubber.add_response(
+        "converse",
+        answer("Once upon", "max_tokens", (5, 64)),
+        {
+            "modelId": MODEL_ID,
+            "messages": [{"role": "user", "content": [{"text": "Tell a story."}]}],
+            "inferenceConfig": {"maxTokens": 64},
+        },
+    )
 
     out = complete(backend, messages=[{"role": "user", "content": "Tell a story."}])
 
@@ -109,11 +141,13 @@ def test_default_max_tokens_and_length_finish(bedrock: tuple[BedrockBackend, Stu
         ("SomeNewException", 502, (502, "SomeNewException", "server_error", True)),
     ],
 )
-def test_converse_errors_map_to_backend_errors(bedrock: tuple[BedrockBackend, Stubber], code: str,
-                                               http_status: int, expected: tuple[int, str, str, bool]) -> None:
+def test_converse_errors_map_to_backend_errors(
+    bedrock: tuple[BedrockBackend, Stubber], code: str, http_status: int, expected: tuple[int, str, str, bool]
+) -> None:
     backend, stubber = bedrock
-    stubber.add_client_error("converse", service_error_code=code, service_message="it failed",
-                             http_status_code=http_status)
+    stubber.add_client_error(
+        "converse", service_error_code=code, service_message="it failed", http_status_code=http_status
+    )
 
     with pytest.raises(BackendError) as caught:
         complete(backend, messages=[{"role": "user", "content": "Hi"}])
@@ -126,16 +160,29 @@ def test_converse_errors_map_to_backend_errors(bedrock: tuple[BedrockBackend, St
 @pytest.mark.parametrize(
     ("body", "param", "message"),
     [
-        ({"presence_penalty": 0.5}, "presence_penalty", "'presence_penalty' is not supported by Bedrock models."),
-        ({"response_format": {"type": "json_object"}}, "response_format",
-         "response_format json_object is not supported by Bedrock models."),
+        (
+            {"presence_penalty": 0.5},
+            "presence_penalty",
+            "'presence_penalty' is not supported by Bedrock models.",
+        ),
+        (
+            {"response_format": {"type": "json_object"}},
+            "response_format",
+            "response_format json_object is not supported by Bedrock models.",
+        ),
         ({"n": 2}, "n", "Only n=1 is supported by this model."),
-        ({"messages": [{"role": "assistant", "content": "Hello"}]}, "messages",
-         "Bedrock needs the first non-system message to be a user message."),
+        (
+            {"messages": [{"role": "assistant", "content": "Hello"}]},
+            "messages",
+            "Bedrock needs the first non-system message to be a user message.",
+        ),
     ],
 )
 def test_what_converse_cannot_express_is_a_400_before_any_call(
-    bedrock: tuple[BedrockBackend, Stubber], body: dict[str, Any], param: str, message: str,
+    bedrock: tuple[BedrockBackend, Stubber],
+    body: dict[str, Any],
+    param: str,
+    message: str,
 ) -> None:
     backend, _ = bedrock  # no response queued: a call would fail the test
 
@@ -143,4 +190,8 @@ def test_what_converse_cannot_express_is_a_400_before_any_call(
         complete(backend, **{"messages": [{"role": "user", "content": "Hi"}], **body})
 
     assert (caught.value.status_code, caught.value.param, caught.value.message, caught.value.retryable) == (
-        400, param, message, False)
+        400,
+        param,
+        message,
+        False,
+    )

@@ -14,6 +14,7 @@ from batchinfer import accounts, ids, intake, locations, queues, storage, store
 from batchinfer.api import tokenhub
 from batchinfer.api.accounts import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented
+from batchinfer.observability import logger
 from batchinfer.schemas import Batch, BatchList, CreateBatchRequest, window_hours
 from batchinfer.settings import get_settings
 from batchinfer.status import BatchStatus
@@ -39,8 +40,11 @@ def batch_view(item: dict[str, Any]) -> Batch:
         if item.get(f"{kind}_file_id"):
             key = f"{item['output_prefix']}{kind}.jsonl"
             changes[f"{kind}_file_id"] = locations.located(where, item["output_bucket"], key).uri()
-            changes[f"{kind}_file_url"] = storage.presigned_get(item["output_bucket"], key, where=where,
-                                                                expires_in=settings.presign_seconds)
+            try:
+                changes[f"{kind}_file_url"] = storage.presigned_get(item["output_bucket"], key, where=where,
+                                                                    expires_in=settings.presign_seconds)
+            except locations.InvalidPath:  # COS was switched off since: the path is all we can give
+                logger.warning("no presigned URL for a cos:// result", extra={"batch_id": item["id"]})
     return batch.model_copy(update=changes)
 
 

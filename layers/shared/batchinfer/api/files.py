@@ -14,14 +14,13 @@ from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path,
 
 from batchinfer import ids, storage, store
 from batchinfer.api.accounts import current_account
-from batchinfer.api.errors import ApiError, NotFound, documented
+from batchinfer.api.errors import NotFound, documented
 from batchinfer.schemas import FileDeleted, FileList, FileObject
 from batchinfer.settings import get_settings
 
 router = Router()
 # Lambda responses are capped at 6 MB: larger contents are served by a presigned S3 URL (302).
 INLINE_CONTENT_BYTES = 4 * 1024 * 1024
-PURPOSES = ("batch",)
 MAX_ID_LENGTH = 128
 FileId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
@@ -50,10 +49,8 @@ def new_file_record(*, file_id: str, size: int, filename: str, purpose: str, acc
 
 @router.post("/v1/files", responses=documented(None))
 def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")],
-                purpose: Annotated[str, Form(description="must be 'batch'")]) -> FileObject:
-    if purpose not in PURPOSES:
-        raise ApiError(f"purpose must be one of {list(PURPOSES)}, got {purpose!r}", code="invalid_purpose",
-                       param="purpose")
+                purpose: Annotated[Literal["batch"], Form(description="what the file is for: 'batch'")],
+                ) -> FileObject:
     item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
                            filename=(file.filename or "upload.jsonl")[:255], account_id=current_account())
     storage.put_bytes(item["bucket"], item["key"], file.content)

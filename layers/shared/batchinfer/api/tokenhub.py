@@ -84,9 +84,6 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
     fields: dict[str, Any] = {"input_source": source, "output_target": target,
                               "output_user_s3_path": request.output_user_s3_path,
                               "output_user_cos_path": request.output_user_cos_path}
-    output = None
-    if target != "file":
-        output = _parse(getattr(request, _PATH_FIELD[target]), _SCHEME[target], _PATH_FIELD[target], prefix=True)
     if source == "file":
         input_file = owned_file(request.input_file_id, account_id)
         if input_file["purpose"] != "batch":
@@ -97,7 +94,9 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
         location = _parse(request.input_file_id, _SCHEME[source], "input_file_id", prefix=False)
         _allowed(location, account, "input_file_id")
         inputs = (location.bucket, location.key, location.where)
-    if output is not None:
+    output = None
+    if target != "file":
+        output = _parse(getattr(request, _PATH_FIELD[target]), _SCHEME[target], _PATH_FIELD[target], prefix=True)
         _allowed(output, account, _PATH_FIELD[target])
     # Reads only after every bucket passed the allowlist.
     if source != "file":

@@ -76,8 +76,11 @@ class BedrockBackend:
         return boto3.session.Session().client(
             "bedrock-runtime",
             region_name=self.config.region,
-            config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=self.config.timeout,
-                          connect_timeout=10),
+            config=Config(
+                retries={"max_attempts": 1, "mode": "standard"},
+                read_timeout=self.config.timeout,
+                connect_timeout=10,
+            ),
         )
 
     def converse_request(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -89,11 +92,19 @@ class BedrockBackend:
         request = _parse(body)
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(request, name):
-                raise BackendError(400, f"'{name}' is not supported by Bedrock models.",
-                                   code="unsupported_parameter", param=name)
+                raise BackendError(
+                    400,
+                    f"'{name}' is not supported by Bedrock models.",
+                    code="unsupported_parameter",
+                    param=name,
+                )
         if request.response_format is not None and request.response_format.type != "text":
-            raise BackendError(400, "response_format json_object is not supported by Bedrock models.",
-                               code="unsupported_parameter", param="response_format")
+            raise BackendError(
+                400,
+                "response_format json_object is not supported by Bedrock models.",
+                code="unsupported_parameter",
+                param="response_format",
+            )
         system: list[dict[str, str]] = []
         messages: list[dict[str, Any]] = []
         for message in request.messages:
@@ -104,8 +115,12 @@ class BedrockBackend:
             else:
                 messages.append({"role": message.role, "content": [{"text": message.content}]})
         if not messages or messages[0]["role"] != "user":
-            raise BackendError(400, "Bedrock needs the first non-system message to be a user message.",
-                               code="invalid_value", param="messages")
+            raise BackendError(
+                400,
+                "Bedrock needs the first non-system message to be a user message.",
+                code="invalid_value",
+                param="messages",
+            )
         inference: dict[str, Any] = {
             "maxTokens": request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens
         }
@@ -114,9 +129,14 @@ class BedrockBackend:
         if request.top_p is not None:
             inference["topP"] = request.top_p
         if request.stop:
-            inference["stopSequences"] = [request.stop] if isinstance(request.stop, str) else list(request.stop)
-        kwargs: dict[str, Any] = {"modelId": self.config.model_id, "messages": messages,
-                                  "inferenceConfig": inference}
+            inference["stopSequences"] = (
+                [request.stop] if isinstance(request.stop, str) else list(request.stop)
+            )
+        kwargs: dict[str, Any] = {
+            "modelId": self.config.model_id,
+            "messages": messages,
+            "inferenceConfig": inference,
+        }
         if system:
             kwargs["system"] = system
         return kwargs
@@ -137,18 +157,37 @@ class BedrockBackend:
             error = exc.response.get("Error", {})
             code = error.get("Code", "")
             status, our_code, retryable = _ERRORS.get(code) or (
-                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500), code or "server_error",
-                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) >= 500)
-            raise BackendError(status, f"Bedrock {code}: {error.get('Message', str(exc))}",
-                               type="server_error" if status >= 500 else
-                               "requests" if status == 429 else "invalid_request_error",
-                               code=our_code, retryable=retryable) from None
+                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500),
+                code or "server_error",
+                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) >= 500,
+            )
+            raise BackendError(
+                status,
+                f"Bedrock {code}: {error.get('Message', str(exc))}",
+                type="server_error"
+                if status >= 500
+                else "requests"
+                if status == 429
+                else "invalid_request_error",
+                code=our_code,
+                retryable=retryable,
+            ) from None
         except (ReadTimeoutError, ConnectTimeoutError):
-            raise BackendError(504, f"Bedrock did not answer within {self.config.timeout:g} s.",
-                               type="server_error", code="timeout", retryable=True) from None
+            raise BackendError(
+                504,
+                f"Bedrock did not answer within {self.config.timeout:g} s.",
+                type="server_error",
+                code="timeout",
+                retryable=True,
+            ) from None
         except BotoCoreError as exc:
-            raise BackendError(502, f"Cannot reach Bedrock: {type(exc).__name__}: {exc}",
-                               type="server_error", code="upstream_unavailable", retryable=True) from None
+            raise BackendError(
+                502,
+                f"Cannot reach Bedrock: {type(exc).__name__}: {exc}",
+                type="server_error",
+                code="upstream_unavailable",
+                retryable=True,
+            ) from None
         blocks = answer["output"]["message"]["content"]
         usage = answer["usage"]
         return {
@@ -156,14 +195,22 @@ class BedrockBackend:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.name,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": "".join(b.get("text", "") for b in blocks),
-                            "refusal": None},
-                "logprobs": None,
-                "finish_reason": _FINISH.get(answer["stopReason"], "stop"),
-            }],
-            "usage": {"prompt_tokens": usage["inputTokens"], "completion_tokens": usage["outputTokens"],
-                      "total_tokens": usage["inputTokens"] + usage["outputTokens"]},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": "".join(b.get("text", "") for b in blocks),
+                        "refusal": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": _FINISH.get(answer["stopReason"], "stop"),
+                }
+            ],
+            "usage": {
+                "prompt_tokens": usage["inputTokens"],
+                "completion_tokens": usage["outputTokens"],
+                "total_tokens": usage["inputTokens"] + usage["outputTokens"],
+            },
             "system_fingerprint": None,
         }

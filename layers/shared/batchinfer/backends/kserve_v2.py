@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import require_utf8
+from batchinfer.backends.common import HTTP_POOL_LIMITS, require_utf8
 from batchinfer.backends.openai_compat import parse_retry_after
 from batchinfer.infer.protocol import (
     INT32_MAX,
@@ -110,7 +110,7 @@ class KServeV2Backend:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
-            client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout))
+            client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout), limits=HTTP_POOL_LIMITS)
             self._clients[loop] = client
         return client
 
@@ -119,13 +119,17 @@ class KServeV2Backend:
     async def token_limits(self) -> ModelLimits:
         """The configured limits (`vocab_size`, `max_seq_len`, `max_input_tokens`); unset ones are left
         to the remote server to check."""
-        return ModelLimits(vocab_size=self.config.vocab_size, max_seq_len=self.config.max_seq_len,
-                           max_input_tokens=self.config.max_input_tokens)
+        return ModelLimits(
+            vocab_size=self.config.vocab_size,
+            max_seq_len=self.config.max_seq_len,
+            max_input_tokens=self.config.max_input_tokens,
+        )
 
     async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
         """Send one token request and return the generated ids.
 
-        `finish_reason` is `stop` when fewer than `max_new_tokens` ids came back, else `length`.
+        `finish_reason` is `stop` when the last id is the end-of-sequence token (known from
+        `tokenizer_config`) or fewer than `max_new_tokens` ids came back, else `length`.
         Raises `BackendError`: the server's 4xx with its `{"error"}` message (408/429 retryable),
         its 5xx (retryable; 429/503 after `max_retries` retries here), 502 `bad_response` for a
         malformed answer, 502 `upstream_unavailable` when it cannot be reached, 504 `timeout` after
@@ -135,45 +139,74 @@ class KServeV2Backend:
 
         def wait(state: Any) -> float:
             error = state.outcome.exception()
-            backoff = random.uniform(0, min(self.config.max_retry_wait, 0.25 * 2 ** (state.attempt_number - 1)))
+            backoff = random.uniform(
+                0, min(self.config.max_retry_wait, 0.25 * 2 ** (state.attempt_number - 1))
+            )
             return max(backoff, min(getattr(error, "retry_after", None) or 0.0, self.config.max_retry_wait))
 
         async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1), wait=wait, reraise=True,
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=wait,
+            reraise=True,
             retry=retry_if_exception(lambda e: isinstance(e, BackendError) and e.status_code in _RETRIED),
         ):
             with attempt:
                 ids = await self._post(body)
-        finish = "length" if len(ids) >= params.max_new_tokens else "stop"
-        return TokenResult(ids, finish)
+        eos = self._eos_id
+        stopped = (bool(ids) and ids[-1] == eos) or len(ids) < params.max_new_tokens
+        return TokenResult(ids, "stop" if stopped else "length")
 
     async def _post(self, body: dict[str, Any]) -> list[int]:
         try:
             async with asyncio.timeout(self.config.timeout):
                 response = await self._client().post(self.url, json=body)
         except (TimeoutError, httpx.TimeoutException):
-            raise BackendError(504, f"The model server did not answer within {self.config.timeout:g} s.",
-                               type="server_error", code="timeout", retryable=True) from None
+            raise BackendError(
+                504,
+                f"The model server did not answer within {self.config.timeout:g} s.",
+                type="server_error",
+                code="timeout",
+                retryable=True,
+            ) from None
         except httpx.TransportError as exc:
-            raise BackendError(502, f"Cannot reach the model server: {type(exc).__name__}: {exc}",
-                               type="server_error", code="upstream_unavailable", retryable=True) from None
+            raise BackendError(
+                502,
+                f"Cannot reach the model server: {type(exc).__name__}: {exc}",
+                type="server_error",
+                code="upstream_unavailable",
+                retryable=True,
+            ) from None
         status = response.status_code
         if 200 <= status < 300:
             try:
                 return _Response.model_validate_json(response.content).outputs[0].data
             except (ValidationError, IndexError) as exc:
-                raise BackendError(502, f"The model server's answer is not a KServe v2 token response: {exc}",
-                                   type="server_error", code="bad_response", retryable=True) from None
+                raise BackendError(
+                    502,
+                    f"The model server's answer is not a KServe v2 token response: {exc}",
+                    type="server_error",
+                    code="bad_response",
+                    retryable=True,
+                ) from None
         message = _error_text(response)
         retry_after = parse_retry_after(response.headers.get("retry-after"))
         if status in (408, 429) or status >= 500:
-            raise BackendError(status, message, type="server_error" if status >= 500 else "requests",
-                               code="rate_limit_exceeded" if status == 429 else None, retryable=True,
-                               retry_after=retry_after)
+            raise BackendError(
+                status,
+                message,
+                type="server_error" if status >= 500 else "requests",
+                code="rate_limit_exceeded" if status == 429 else None,
+                retryable=True,
+                retry_after=retry_after,
+            )
         if 400 <= status < 500:
             raise BackendError(status, message, code="invalid_value")
-        raise BackendError(502, f"The model server answered with unexpected HTTP {status}: {message}",
-                           type="server_error", code="bad_response")
+        raise BackendError(
+            502,
+            f"The model server answered with unexpected HTTP {status}: {message}",
+            type="server_error",
+            code="bad_response",
+        )
 
     # ------------------------------------------------------------------ chat requests
 
@@ -182,6 +215,13 @@ class KServeV2Backend:
         from tokenizers import Tokenizer
 
         return Tokenizer.from_file(str(self.config.tokenizer))
+
+    @cached_property
+    def _eos_id(self) -> int | None:
+        """The id of the configured `eos_token`, or None without tokenizer files."""
+        if self.config.tokenizer is None or self.config.tokenizer_config is None:
+            return None
+        return self._tokenizer.token_to_id(self._template[2])
 
     @cached_property
     def _template(self) -> tuple[Template, str, str]:
@@ -204,9 +244,17 @@ class KServeV2Backend:
         env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
         template = config.get("chat_template")
         if not isinstance(template, str) or not template:
-            raise BackendError(500, f"model '{self.name}': {self.config.tokenizer_config} has no chat_template",
-                               type="server_error", code="model_error")
-        return env.from_string(template), token_text(config.get("bos_token")), token_text(config.get("eos_token"))
+            raise BackendError(
+                500,
+                f"model '{self.name}': {self.config.tokenizer_config} has no chat_template",
+                type="server_error",
+                code="model_error",
+            )
+        return (
+            env.from_string(template),
+            token_text(config.get("bos_token")),
+            token_text(config.get("eos_token")),
+        )
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer an OpenAI chat completions body through the token server.
@@ -223,23 +271,43 @@ class KServeV2Backend:
         request = _parse(body)
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(request, name):
-                raise BackendError(400, f"'{name}' is not supported by this model (a token server).",
-                                   code="unsupported_parameter", param=name)
+                raise BackendError(
+                    400,
+                    f"'{name}' is not supported by this model (a token server).",
+                    code="unsupported_parameter",
+                    param=name,
+                )
         if request.response_format is not None and request.response_format.type != "text":
-            raise BackendError(400, "response_format json_object is not supported by this model (a token server).",
-                               code="unsupported_parameter", param="response_format")
+            raise BackendError(
+                400,
+                "response_format json_object is not supported by this model (a token server).",
+                code="unsupported_parameter",
+                param="response_format",
+            )
         if self.config.tokenizer is None or self.config.tokenizer_config is None:
-            raise BackendError(500, f"model '{self.name}' takes token ids only: set tokenizer and "
-                               "tokenizer_config in the registry to serve chat requests",
-                               type="server_error", code="model_error")
+            raise BackendError(
+                500,
+                f"model '{self.name}' takes token ids only: set tokenizer and "
+                "tokenizer_config in the registry to serve chat requests",
+                type="server_error",
+                code="model_error",
+            )
         template, bos, eos = self._template
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
-                    for m in request.messages]
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.content}
+            for m in request.messages
+        ]
         try:
-            prompt = template.render(messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos)
+            prompt = template.render(
+                messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos
+            )
         except TemplateError as exc:
-            raise BackendError(400, f"The model's chat template rejected the messages: {exc}",
-                               code="invalid_value", param="messages") from None
+            raise BackendError(
+                400,
+                f"The model's chat template rejected the messages: {exc}",
+                code="invalid_value",
+                param="messages",
+            ) from None
         tokenizer = self._tokenizer
         input_ids = tokenizer.encode(prompt, add_special_tokens=False).ids
         if self.config.max_seq_len is not None and len(input_ids) >= self.config.max_seq_len:
@@ -247,7 +315,9 @@ class KServeV2Backend:
                 400,
                 f"This model's maximum context length is {self.config.max_seq_len} tokens. However, your "
                 f"messages resulted in {len(input_ids)} tokens. Please reduce the length of the messages.",
-                code="context_length_exceeded", param="messages")
+                code="context_length_exceeded",
+                param="messages",
+            )
         max_new = request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens
         greedy = request.temperature == 0 or request.top_p == 0
         params = SamplingParams(
@@ -260,6 +330,8 @@ class KServeV2Backend:
         )
         result = await self.generate_tokens(input_ids, params)
         text = tokenizer.decode(result.ids, skip_special_tokens=True)
+        # The end-of-sequence token is not part of the completion (as llama.cpp and OpenAI count).
+        completion_tokens = len(result.ids) - (1 if result.ids and result.ids[-1] == self._eos_id else 0)
         finish = result.finish_reason
         stops = [request.stop] if isinstance(request.stop, str) else (request.stop or [])
         cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
@@ -270,9 +342,18 @@ class KServeV2Backend:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": finish}],
-            "usage": {"prompt_tokens": len(input_ids), "completion_tokens": len(result.ids),
-                      "total_tokens": len(input_ids) + len(result.ids)},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(input_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(input_ids) + completion_tokens,
+            },
             "system_fingerprint": None,
         }

@@ -41,7 +41,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from batchinfer.backends.base import BackendError
 from batchinfer.backends.common import require_utf8
-from batchinfer.infer.protocol import DEFAULT_PRIORITY, DEFAULT_TOP_K, ModelLimits, SamplingParams, TokenResult
+from batchinfer.infer.protocol import (
+    DEFAULT_PRIORITY,
+    DEFAULT_TOP_K,
+    ModelLimits,
+    SamplingParams,
+    TokenResult,
+)
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -183,6 +189,9 @@ def _parse(body: dict[str, Any]) -> _ChatRequest:
     return request
 
 
+_Job = tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]
+
+
 class _PriorityExecutor(Executor):
     """One worker thread running jobs lowest `priority` first, in submission order within a priority.
 
@@ -192,9 +201,8 @@ class _PriorityExecutor(Executor):
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.PriorityQueue[tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
-            queue.PriorityQueue()
-        )
+        # (priority, arrival number, future, function, arguments): the number keeps FIFO within a priority.
+        self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -318,7 +326,7 @@ def _shared_model(path: Path, n_ctx: int, n_threads: int) -> _LoadedModel:
 
 
 class LlamaCppBackend:
-    """A `ChatBackend` answering as registry model `name` with an embedded GGUF model.
+    """A `ChatBackend` and `TokenBackend` answering as registry model `name` with an embedded GGUF model.
 
     Construction resolves the GGUF path (raising `FileNotFoundError` if absent) but loads nothing;
     the weights load on the first request, once per process for all backends sharing that file.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import require_utf8
+from batchinfer.backends.common import HTTP_POOL_LIMITS, require_utf8
 
 if TYPE_CHECKING:
     from batchinfer.backends.registry import OpenAICompatConfig
@@ -122,7 +122,8 @@ class OpenAICompatBackend:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
-            client = httpx.AsyncClient(headers=self._headers, timeout=httpx.Timeout(self.timeout))
+            client = httpx.AsyncClient(headers=self._headers, timeout=httpx.Timeout(self.timeout),
+                                       limits=HTTP_POOL_LIMITS)
             self._clients[loop] = client
         return client
 

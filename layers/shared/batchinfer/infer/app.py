@@ -71,12 +71,15 @@ def ready() -> Response:
 def model_metadata(model: str) -> Response:
     _backend(model)
     tensor = {"datatype": DATATYPE, "shape": [1, -1]}
-    return _json(200, {
-        "name": model,
-        "platform": load_registry(get_settings().model_registry).config(model).backend,
-        "inputs": [{"name": INPUT_NAME, **tensor}],
-        "outputs": [{"name": OUTPUT_NAME, **tensor}],
-    })
+    return _json(
+        200,
+        {
+            "name": model,
+            "platform": load_registry(get_settings().model_registry).config(model).backend,
+            "inputs": [{"name": INPUT_NAME, **tensor}],
+            "outputs": [{"name": OUTPUT_NAME, **tensor}],
+        },
+    )
 
 
 @app.get("/v2/models/<model>/ready")
@@ -95,8 +98,11 @@ def model_infer(model: str) -> Response:
 @app.route("/v2/models/<model>/versions/<version>", method=["GET", "POST"])
 @app.route("/v2/models/<model>/versions/<version>/<action>", method=["GET", "POST"])
 def model_version(model: str, version: str, action: str = "") -> Response:
-    raise InferError(400, f"model versions are not supported: use /v2/models/{model}/{action or ''}".rstrip("/")
-                     + f" without /versions/{version}")
+    raise InferError(
+        400,
+        f"model versions are not supported: use /v2/models/{model}/{action or ''}".rstrip("/")
+        + f" without /versions/{version}",
+    )
 
 
 @app.exception_handler(InferError)

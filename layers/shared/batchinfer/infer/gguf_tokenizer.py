@@ -50,8 +50,10 @@ def tokenizer_files_from_gguf(gguf_path: str | Path) -> tuple[str, str]:
     reader = GGUFReader(str(gguf_path))
     kind, pre = _field(reader, "tokenizer.ggml.model"), _field(reader, "tokenizer.ggml.pre")
     if kind != "gpt2" or pre not in _PRE_TOKENIZERS:
-        raise ValueError(f"unsupported tokenizer {kind!r} with pre-tokenizer {pre!r}; supported: gpt2 with "
-                         f"{', '.join(_PRE_TOKENIZERS)}")
+        raise ValueError(
+            f"unsupported tokenizer {kind!r} with pre-tokenizer {pre!r}; supported: gpt2 with "
+            f"{', '.join(_PRE_TOKENIZERS)}"
+        )
     tokens: list[str] = _field(reader, "tokenizer.ggml.tokens")
     merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
     types: list[int] = _field(reader, "tokenizer.ggml.token_type")
@@ -64,8 +66,11 @@ def tokenizer_files_from_gguf(gguf_path: str | Path) -> tuple[str, str]:
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types, strict=True)
-         if kind == _CONTROL]
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, kind in zip(tokens, types, strict=True)
+            if kind == _CONTROL
+        ]
     )
 
     def token(key: str) -> str | None:
@@ -77,7 +82,8 @@ def tokenizer_files_from_gguf(gguf_path: str | Path) -> tuple[str, str]:
         "bos_token": token("tokenizer.ggml.bos_token_id"),
         "eos_token": token("tokenizer.ggml.eos_token_id"),
         "add_bos_token": bool(reader.fields["tokenizer.ggml.add_bos_token"].contents())
-        if "tokenizer.ggml.add_bos_token" in reader.fields else False,
+        if "tokenizer.ggml.add_bos_token" in reader.fields
+        else False,
     }
     return tokenizer.to_str(), json.dumps(config, ensure_ascii=False, indent=2)
 

@@ -347,7 +347,9 @@ def _describe(value: Any) -> str:
     return f"{_JSON_TYPES.get(type(value), type(value).__name__)} {text}"
 
 
-def _find_non_finite(value: Any, loc: tuple[int | str, ...] = ()) -> tuple[tuple[int | str, ...], _NonFinite] | None:
+def _find_non_finite(
+    value: Any, loc: tuple[int | str, ...] = ()
+) -> tuple[tuple[int | str, ...], _NonFinite] | None:
     if isinstance(value, _NonFinite):
         return loc, value
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
@@ -398,8 +400,12 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
         loc, marker = found
         path = _path(loc)
         rule = RULES.get(_rule_key(path), "a finite number")
-        raise InferError(400, f"{path} must be {rule}, got {marker.literal}, which is not a JSON number "
-                         "(RFC 8259 has no NaN or Infinity)", param=path)
+        raise InferError(
+            400,
+            f"{path} must be {rule}, got {marker.literal}, which is not a JSON number "
+            "(RFC 8259 has no NaN or Infinity)",
+            param=path,
+        )
     try:
         parsed = InferRequestBody.model_validate(body)
     except ValidationError as exc:
@@ -413,37 +419,63 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
     max_n = limits.max_prompt_tokens if limits is not None else PROMPT_TOKENS_CAP
     if not 0 < n <= max_n:
         where = f" ({limits.describe_prompt_limit()})" if limits is not None else ""
-        raise InferError(400, f"inputs[0].data must hold n token ids with n in (0, {max_n}]{where}, got {n}",
-                         param="inputs[0].data")
+        raise InferError(
+            400,
+            f"inputs[0].data must hold n token ids with n in (0, {max_n}]{where}, got {n}",
+            param="inputs[0].data",
+        )
     if tensor.name != INPUT_NAME:
-        raise InferError(400, f'inputs[0].name must be "{INPUT_NAME}" (MindIE\'s one token input), '
-                         f"got {_describe(tensor.name)}", param="inputs[0].name")
+        raise InferError(
+            400,
+            f'inputs[0].name must be "{INPUT_NAME}" (MindIE\'s one token input), '
+            f"got {_describe(tensor.name)}",
+            param="inputs[0].name",
+        )
     if limits is not None and limits.vocab_size is not None:
         for index, token in enumerate(tensor.data):
             if token >= limits.vocab_size:
-                raise InferError(400, f"inputs[0].data[{index}] must be a token id of the model's vocabulary, "
-                                 f"an integer in [0, {limits.vocab_size}), got integer {token}",
-                                 param=f"inputs[0].data[{index}]")
+                raise InferError(
+                    400,
+                    f"inputs[0].data[{index}] must be a token id of the model's vocabulary, "
+                    f"an integer in [0, {limits.vocab_size}), got integer {token}",
+                    param=f"inputs[0].data[{index}]",
+                )
     params = _resolve(parsed.parameters or InferParameters(), limits or ModelLimits())
     request_id = parsed.id if parsed.id is not None else uuid.uuid4().hex
-    return TokenRequest(id=request_id, input_ids=list(tensor.data), output_name=parsed.outputs[0].name, params=params)
+    return TokenRequest(
+        id=request_id, input_ids=list(tensor.data), output_name=parsed.outputs[0].name, params=params
+    )
 
 
 def _check_shape(shape: list[int], n: int) -> None:
     shown = json.dumps(shape)
     if len(shape) not in (1, 2):
-        raise InferError(400, f"inputs[0].shape must be {RULES['inputs[].shape']}, got {shown} "
-                         f"({len(shape)} dimensions)", param="inputs[0].shape")
+        raise InferError(
+            400,
+            f"inputs[0].shape must be {RULES['inputs[].shape']}, got {shown} ({len(shape)} dimensions)",
+            param="inputs[0].shape",
+        )
     if len(shape) == 2 and shape[0] != 1:
-        raise InferError(400, f"inputs[0].shape[0] must be 1 (one sequence per request; shape [1, n]), "
-                         f"got {shape[0]}", param="inputs[0].shape[0]")
+        raise InferError(
+            400,
+            f"inputs[0].shape[0] must be 1 (one sequence per request; shape [1, n]), got {shape[0]}",
+            param="inputs[0].shape[0]",
+        )
     dim = len(shape) - 1
     if shape[dim] <= 0 < n:
-        raise InferError(400, f"inputs[0].shape[{dim}] must be a positive integer, the number of token ids in "
-                         f"inputs[0].data ({n}), got {shape[dim]}", param=f"inputs[0].shape[{dim}]")
+        raise InferError(
+            400,
+            f"inputs[0].shape[{dim}] must be a positive integer, the number of token ids in "
+            f"inputs[0].data ({n}), got {shape[dim]}",
+            param=f"inputs[0].shape[{dim}]",
+        )
     if shape[dim] != n:
-        raise InferError(400, f"inputs[0].shape[{dim}] must equal the number of token ids in inputs[0].data: "
-                         f"{shape[dim]} expected by shape {shown}, {n} given", param=f"inputs[0].shape[{dim}]")
+        raise InferError(
+            400,
+            f"inputs[0].shape[{dim}] must equal the number of token ids in inputs[0].data: "
+            f"{shape[dim]} expected by shape {shown}, {n} given",
+            param=f"inputs[0].shape[{dim}]",
+        )
 
 
 def _resolve(p: InferParameters, limits: ModelLimits) -> SamplingParams:
@@ -473,7 +505,12 @@ def infer_response(request: TokenRequest, result: TokenResult) -> dict[str, Any]
     return {
         "id": request.id,
         "outputs": [
-            {"name": request.output_name, "shape": [1, len(result.ids)], "datatype": DATATYPE, "data": result.ids}
+            {
+                "name": request.output_name,
+                "shape": [1, len(result.ids)],
+                "datatype": DATATYPE,
+                "data": result.ids,
+            }
         ],
     }
 
@@ -482,7 +519,9 @@ def token_request_body(request_id: str, input_ids: list[int], params: SamplingPa
     """A complete request body for `input_ids` with every parameter explicit (what a client sends)."""
     return {
         "id": request_id,
-        "inputs": [{"name": INPUT_NAME, "shape": [1, len(input_ids)], "datatype": DATATYPE, "data": input_ids}],
+        "inputs": [
+            {"name": INPUT_NAME, "shape": [1, len(input_ids)], "datatype": DATATYPE, "data": input_ids}
+        ],
         "outputs": [{"name": OUTPUT_NAME}],
         "parameters": params.as_parameters(),
     }

@@ -32,13 +32,18 @@ def token_backend(registry: ModelRegistry, name: str) -> TokenBackend:
     try:
         backend = registry.backend(name)
     except ModelNotFound:
-        raise InferError(404, f"model '{name}' is not found; this server serves no model of that name") from None
+        raise InferError(
+            404, f"model '{name}' is not found; this server serves no model of that name"
+        ) from None
     except (RegistryError, BackendNotImplemented) as exc:
         raise InferError(503, f"model '{name}' is not available: {exc}") from None
     if not isinstance(backend, TokenBackend):
         kind = registry.config(name).backend
-        raise InferError(404, f"model '{name}' (backend {kind}) does not take token ids; token inference is "
-                         "served for llama_cpp and kserve_v2 models")
+        raise InferError(
+            404,
+            f"model '{name}' (backend {kind}) does not take token ids; token inference is "
+            "served for llama_cpp and kserve_v2 models",
+        )
     return backend
 
 
@@ -102,6 +107,10 @@ class TokenRequests:
         """Answer one token-request line: the KServe v2 response, or `BackendError` (400 for a bad body or
         a model that takes no token ids; the backend's own errors otherwise)."""
         if not isinstance(self.backend, TokenBackend):
-            raise BackendError(400, "this model does not take token ids; token batches are served for llama_cpp "
-                               "and kserve_v2 models", code="model_not_supported")
+            raise BackendError(
+                400,
+                "this model does not take token ids; token batches are served for llama_cpp "
+                "and kserve_v2 models",
+                code="model_not_supported",
+            )
         return await infer_batch_body(self.backend, body)

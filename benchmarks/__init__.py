@@ -1,0 +1,1 @@
+"""`make bench`: batchinfer measured against the physical limits it runs into, side by side (issue 6)."""
