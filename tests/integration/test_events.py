@@ -46,7 +46,7 @@ def test_stage_events_for_an_unknown_batch_are_acknowledged(moto_aws: Aws) -> No
 
 def test_sweeper_event_with_nothing_open(moto_aws: Aws) -> None:
     assert moto_aws.invoke("SweeperFunction", load_event("sweeper.json")) == {
-        "expired": 0, "prepare": 0, "shards": 0, "finalize": 0}
+        "expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
 
 
 def test_upload_trigger_event_starts_a_batch(moto_aws: Aws) -> None:

@@ -209,7 +209,7 @@ def test_the_sweeper_expires_an_overdue_batch(moto_aws: Aws, monkeypatch: pytest
     moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
     store.update_batch(batch_id, sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
     assert moto_aws.invoke("SweeperFunction", {"detail-type": "Scheduled Event"}) == {
-        "expired": 1, "prepare": 0, "shards": 0, "finalize": 0}
+        "expired": 1, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
     moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
     header = store.get_batch(batch_id)
     assert header["status"] == "expired"

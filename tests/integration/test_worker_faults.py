@@ -145,3 +145,24 @@ def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws
     lines = [json.loads(line) for line in storage.get_bytes(item["bucket"], item["key"]).splitlines()]
     assert [(line["custom_id"], line["response"], line["error"]["code"]) for line in lines] == [
         (f"r{i}", None, "processing_failed") for i in range(5)]
+
+
+def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
+                                                              calls: list[str]) -> None:
+    # Given a shard whose message never gets processed (say every delivery died and it sits in the DLQ)
+    batch_id, message = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
+    time.sleep(1.1)
+    # When the sweeper finds it stuck: it re-drives it twice, then gives up on it
+    sweeps = []
+    for _ in range(3):
+        sweeps.append(moto_aws.invoke("SweeperFunction", {}))
+        moto_aws.messages("ShardsQueue")  # the re-driven messages die too
+    assert [(s["shards"], s["failed_shards"]) for s in sweeps] == [(1, 0), (1, 0), (0, 1)]
+    # Then the batch ends with those lines in error.jsonl
+    moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
+    header = store.get_batch(batch_id)
+    assert calls == []
+    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 0, "failed": 5})
+    item = store.get_file(header["error_file_id"])
+    lines = [json.loads(line) for line in storage.get_bytes(item["bucket"], item["key"]).splitlines()]
+    assert {line["error"]["code"] for line in lines} == {"processing_failed"}

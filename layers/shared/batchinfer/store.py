@@ -350,6 +350,14 @@ def claim_shard(batch_id: str, shard: int, *, owner: str, lease_seconds: int) ->
     return plain(result["Attributes"])
 
 
+def bump_redrives(batch_id: str, shard: int) -> int:
+    """Count one more re-drive of a stuck shard by the sweeper; returns the new count."""
+    result = table().update_item(
+        Key={"PK": batch_pk(batch_id), "SK": shard_sk(shard)}, UpdateExpression="ADD redrives :one",
+        ExpressionAttributeValues={":one": 1}, ReturnValues="UPDATED_NEW")
+    return int(result["Attributes"]["redrives"])
+
+
 def release_shard(batch_id: str, shard: int, *, owner: str) -> None:
     """Give up a lease early (continuations), so the next message can claim the shard at once."""
     try:

@@ -7,7 +7,7 @@ Every re-sent message is safe to receive twice.
 
 from __future__ import annotations
 
-from batchinfer import queues, store
+from batchinfer import queues, store, worker
 from batchinfer.settings import get_settings
 from batchinfer.status import BatchStatus
 
@@ -16,7 +16,7 @@ def sweep() -> dict[str, int]:
     """One pass over the open batches. Returns counts of actions taken, by kind."""
     settings = get_settings()
     at = store.now()
-    actions = {"expired": 0, "prepare": 0, "shards": 0, "finalize": 0}
+    actions = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
     for header in store.scan_open_batches():
         batch_id, status = header["id"], BatchStatus(header["status"])
         last = max(header.get(k) or 0 for k in ("created_at", "in_progress_at", "progress_at", "finalizing_at",
@@ -35,10 +35,18 @@ def sweep() -> dict[str, int]:
                 queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
                 actions["finalize"] += 1
                 continue
-            stuck = [queues.ShardMessage(batch_id=batch_id, shard=s["shard"]) for s in store.query_shards(batch_id)
-                     if s["state"] == "pending" and (s.get("lease_until") or 0) < at]
-            queues.send(settings.shards_queue_url, stuck)
-            actions["shards"] += len(stuck)
+            for shard in store.query_shards(batch_id):
+                if shard["state"] != "pending" or (shard.get("lease_until") or 0) >= at:
+                    continue
+                # Its messages keep dying (even before a claim, e.g. into the DLQ): give up on its rest.
+                if store.bump_redrives(batch_id, shard["shard"]) > settings.max_shard_attempts:
+                    worker.fail_shard(batch_id, shard, f"The request was not processed after "
+                                                       f"{settings.max_shard_attempts} re-drives.")
+                    actions["failed_shards"] += 1
+                else:
+                    queues.send(settings.shards_queue_url, [queues.ShardMessage(batch_id=batch_id,
+                                                                                shard=shard["shard"])])
+                    actions["shards"] += 1
         elif status in (BatchStatus.FINALIZING, BatchStatus.CANCELLING) and quiet:
             queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
             actions["finalize"] += 1

@@ -322,7 +322,28 @@ def process_shard(message: queues.ShardMessage, *, owner: str, time_left_ms: Cal
         store.release_shard(batch_id, shard_no, owner=owner)
         queues.send(settings.shards_queue_url, [message])
         return "continued"
+    _finalize_if_last(batch_id)
+    return "done"
+
+
+def _finalize_if_last(batch_id: str) -> None:
+    """After a shard is done: the commit that completed the last shard asks for aggregation."""
     after = store.get_batch(batch_id)
     if after and after["shards_done"] >= after["shards_total"]:
-        queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
-    return "done"
+        queues.send(get_settings().finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
+
+
+def fail_shard(batch_id: str, shard: dict[str, Any], reason: str) -> bool:
+    """Record a shard's unfinished requests as `processing_failed` error lines (its messages keep dying).
+
+    Returns False when another attempt committed first (nothing written counts).
+    """
+    settings = get_settings()
+    start, size = shard["next_index"], shard["size"]
+    requests = parse_shard(storage.get_bytes(settings.bucket_name, shard["input_key"]))[start:]
+    data, counts = never_ran(batch_id, requests, "processing_failed", reason)
+    part = _write_part(batch_id, shard["shard"], start, size, data, 0, counts)
+    if not store.commit_shard(batch_id, shard["shard"], start=start, end=size, size=size, part=part, **counts):
+        return False
+    _finalize_if_last(batch_id)
+    return True
