@@ -96,7 +96,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         console.print(f"batchinfer local stack: base URL [bold]{stack.base_url}/v1[/] (Ctrl-C to stop)")
         origin = f"generated; set ${DEV_API_KEY_ENV} to choose it" if stack.api_key_generated \
             else f"from ${DEV_API_KEY_ENV}"
-        console.print(f"API key (account {DEV_ACCOUNT!r}, {origin}): [bold]{stack.api_key}[/]", highlight=False)
+        console.print(f"API key (account {DEV_ACCOUNT!r}, {origin}): [bold]{stack.api_key}[/]",
+                      highlight=False)
         console.print(f"moto: {stack.moto_endpoint}, table {stack.environment['TABLE_NAME']} "
                       "(for `batchinfer keys|accounts --endpoint-url ... --table ...`)", highlight=False)
         stopped = threading.Event()
@@ -152,7 +153,8 @@ def _table(args: argparse.Namespace) -> Any:
     name = args.table
     if not name and args.stack_name:
         stack = session.client("cloudformation").describe_stacks(StackName=args.stack_name)["Stacks"][0]
-        name = next((o["OutputValue"] for o in stack.get("Outputs", []) if o["OutputKey"] == "TableName"), None)
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        name = outputs.get("TableName")
     if not name:
         raise SystemExit("name the batch table with --table (or $BATCHINFER_TABLE) or --stack-name")
     return session.resource("dynamodb", endpoint_url=args.endpoint_url).Table(name)
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     create = keys.add_parser("create", parents=[admin], help="a new API key for an account")
     create.add_argument("--account", required=True)
     create.add_argument("--name", help="a label for the key")
-    revoke = keys.add_parser("revoke", parents=[admin], help="revoke a key by id (key_...) or by the key itself")
+    revoke = keys.add_parser("revoke", parents=[admin], help="revoke a key by id (key_...) or by the key")
     revoke.add_argument("key")
     listing = keys.add_parser("list", parents=[admin], help="an account's keys")
     listing.add_argument("--account", required=True)

@@ -78,6 +78,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "ShardWorkerFunction": (900, 3008),
         "AggregatorFunction": (900, 1024),
         "SweeperFunction": (300, 512),
+        "TokenInferFunction": (29, 3008),
     }
     assert specs["ShardWorkerFunction"].handler_file == REPO / "functions" / "shard_worker" / "app.py"
     assert specs["ApiFunction"].handler_file == REPO / "functions" / "api" / "app.py"

@@ -66,6 +66,7 @@ def test_template_declares_the_pipeline() -> None:
         "ShardWorkerFunction": "AWS::Serverless::Function",
         "AggregatorFunction": "AWS::Serverless::Function",
         "SweeperFunction": "AWS::Serverless::Function",
+        "TokenInferFunction": "AWS::Serverless::Function",
     }
     assert sorted(TEMPLATE["Outputs"]) == ["ApiUrl", "DataBucketName", "TableName"]
 
@@ -110,10 +111,11 @@ def test_function_packaging() -> None:
         "PrepareFunction": ("python3.12", "Zip"),
         "ShardWorkerFunction": (None, "Image"),
         "SweeperFunction": ("python3.12", "Zip"),
+        "TokenInferFunction": (None, "Image"),
         "UploadTriggerFunction": ("python3.12", "Zip"),
     }
     for function in FUNCTIONS:
-        expected = [] if function == "ShardWorkerFunction" else [{"Ref": "SharedLayer"}]
+        expected = [] if function in ("ShardWorkerFunction", "TokenInferFunction") else [{"Ref": "SharedLayer"}]
         assert merged(function).get("Layers", []) == expected, function
     assert RESOURCES["ShardWorkerFunction"]["Metadata"] == {
         "Dockerfile": "functions/shard_worker/Dockerfile",

@@ -5,7 +5,7 @@
 | API key                 | `KEY#<sha256>`     | `META`   | key_id, account_id, name, created_at, revoked_at |
 | key id -> key           | `KEYID#<key_id>`   | `META`   | key_hash, account_id                             |
 | account settings        | `ACCOUNT#<id>`     | `META`   | allowed_buckets, limit overrides                 |
-| active-batch counter    | `ACCOUNT#<id>`     | `LIMITS` | active_batches (see `store.create_batch_limited`) |
+| active-batch counter    | `ACCOUNT#<id>`     | `LIMITS` | active_batches (`store.create_batch_limited`)    |
 | creations in a minute   | `ACCOUNT#<id>`     | `RATE#<minute>` | creates, ttl                              |
 
 A key is a bearer secret (`Authorization: Bearer sk-...`, as OpenAI's API takes it); only its
@@ -46,7 +46,7 @@ class Account(BaseModel):
 
     account_id: str
     allowed_buckets: list[str] = Field(default_factory=list,
-                                       description="`s3://bucket` / `cos://bucket` the account may read and write")
+                                       description="`s3://bucket` / `cos://bucket` the account may use")
     max_active_batches: int | None = Field(None, ge=1)
     max_creates_per_minute: int | None = Field(None, ge=1)
 
@@ -89,7 +89,8 @@ def create_key(account_id: str, *, name: str | None = None, secret: str | None =
             "GSI1SK": f"{at:010d}#{record.key_id}", **record.model_dump(exclude_none=True)}
     try:
         table.meta.client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": table.name, "Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
+            {"Put": {"TableName": table.name, "Item": item,
+                     "ConditionExpression": "attribute_not_exists(PK)"}},
             {"Put": {"TableName": table.name,
                      "Item": {"PK": f"KEYID#{record.key_id}", "SK": META, "key_hash": digest,
                               "account_id": account_id}}},
@@ -126,7 +127,8 @@ def revoke_key(key: str, *, table: Any | None = None) -> ApiKey | None:
         digest = hash_key(key)
     try:
         result = table.update_item(
-            Key={"PK": f"KEY#{digest}", "SK": META}, UpdateExpression="SET revoked_at = if_not_exists(revoked_at, :now)",
+            Key={"PK": f"KEY#{digest}", "SK": META},
+            UpdateExpression="SET revoked_at = if_not_exists(revoked_at, :now)",
             ConditionExpression="attribute_exists(PK)", ExpressionAttributeValues={":now": now()},
             ReturnValues="ALL_NEW")
     except ClientError as error:
@@ -202,9 +204,10 @@ def configure_account(account_id: str, *, allowed_buckets: list[str] | None = No
     if sets:
         names = {f"#f{i}": name for i, name in enumerate(sets)}
         values = {f":v{i}": value for i, value in enumerate(sets.values())}
+        assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(sets)))
         _table(table).update_item(Key={"PK": account_pk(account_id), "SK": META},
-                                  UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(sets))),
-                                  ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+                                  UpdateExpression=f"SET {assignments}", ExpressionAttributeNames=names,
+                                  ExpressionAttributeValues=values)
     return get_account(account_id, table=table)
 
 

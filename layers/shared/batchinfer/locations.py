@@ -140,7 +140,8 @@ def check_readable(location: Location) -> int:
         code = error.response.get("Error", {}).get("Code", "Unknown")
         raise Unavailable(code, f"{location.uri()} cannot be read ({code})") from None
     except BotoCoreError as error:
-        raise Unavailable("EndpointError", f"{location.uri()} cannot be read ({type(error).__name__})") from None
+        raise Unavailable("EndpointError",
+                          f"{location.uri()} cannot be read ({type(error).__name__})") from None
     return int(head["ContentLength"])
 
 

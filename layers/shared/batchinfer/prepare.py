@@ -8,11 +8,13 @@ re-sends the messages of shards that are still pending (duplicates are harmless 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from botocore.exceptions import ClientError
 
 from batchinfer import queues, storage, store
 from batchinfer.backends import load_registry
-from batchinfer.jsonl import iter_physical_lines
+from batchinfer.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.observability import logger
 from batchinfer.settings import get_settings
 from batchinfer.status import BatchStatus
@@ -22,6 +24,35 @@ from batchinfer.validation import FileValidator
 def _fail(batch_id: str, errors: list[dict]) -> str:
     store.transition(batch_id, BatchStatus.FAILED, sets={"errors": {"object": "list", "data": errors}})
     return "failed"
+
+
+def shard_lines(lines: PhysicalLineReader, validator: FileValidator,
+                shard_size: int) -> Iterator[tuple[int, int, bytes]]:
+    """Validate every line and group the valid requests into shard files as the lines stream by.
+
+    Yields `(first line, requests, shard bytes)` for each shard of `shard_size` requests (the last
+    one may be smaller); a shard's lines are `<line>\\t<request JSON>\\n`, the request's bytes as
+    read (the worker parses them once). Calls `validator.finish` at the end. Once the file has
+    failed, only its errors are collected and no shard is yielded any more: the caller checks
+    `validator.error_count` after the iteration and discards what it wrote.
+    """
+    feed = validator.feed
+    buffer: list[bytes] = []
+    first_line = 0
+    for line in lines:
+        request = feed(line)
+        if request is None or validator.error_count:
+            continue  # once the file has failed, only collect its errors
+        if not buffer:
+            first_line = request.line
+        buffer.append(b"%d\t%s\n" % (request.line, line.data))
+        if len(buffer) == shard_size:
+            data = b"".join(buffer)
+            buffer.clear()
+            yield first_line, shard_size, data
+    validator.finish(lines.bytes_read)
+    if buffer and not validator.error_count:
+        yield first_line, len(buffer), b"".join(buffer)
 
 
 def prepare_batch(batch_id: str) -> str:
@@ -44,38 +75,20 @@ def prepare_batch(batch_id: str) -> str:
                               max_requests=settings.max_requests_per_file, max_file_bytes=settings.max_file_bytes,
                               max_line_bytes=settings.max_line_bytes, max_errors=settings.max_line_errors)
     shards: list[dict] = []
-    buffer: list[bytes] = []
-    first_line = 0
-
-    def flush() -> None:
-        number = len(shards)
-        key = storage.shard_key(batch_id, number)
-        storage.put_bytes(settings.bucket_name, key, b"".join(buffer))
-        shards.append({"shard": number, "size": len(buffer), "first_line": first_line, "input_key": key})
-        buffer.clear()
-
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
     source = storage.iter_chunks(header["input_bucket"], header["input_key"], where=header.get("input_where"))
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     try:
-        for line in lines:
-            request = validator.feed(line)
-            if request is None or validator.error_count:
-                continue  # once the file has failed, only collect its errors
-            if not buffer:
-                first_line = request.line
-            buffer.append(b"%d\t%s\n" % (request.line, line.data))
-            if len(buffer) == settings.shard_size:
-                flush()
+        for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
+            key = storage.shard_key(batch_id, len(shards))
+            storage.put_bytes(settings.bucket_name, key, data)
+            shards.append({"shard": len(shards), "size": size, "first_line": first_line, "input_key": key})
     except ClientError as error:
         code = error.response["Error"]["Code"]
         return _fail(batch_id, [{"code": "input_file_unavailable", "line": None, "param": "input_file_id",
                                  "message": f"the input file could not be read ({code})"}])
-    validator.finish(lines.bytes_read)
     if validator.error_count:
         return _fail(batch_id, [e.model_dump() for e in validator.errors])
-    if buffer:
-        flush()
     for shard in shards:
         store.put_shard(batch_id, shard)
     started = store.transition(batch_id, BatchStatus.IN_PROGRESS, sets={

@@ -164,11 +164,13 @@ class CreateBatchRequest(BaseModel):
     input_file_id: str = Field(min_length=1, max_length=2048)
     endpoint: Literal["/v1/chat/completions"] | None = Field(
         None, description="required unless input_source is user_s3 or user_cos")
-    completion_window: str = Field("24h", pattern=r"^[1-9][0-9]{0,2}h$", description="whole hours, '1h' to '168h'")
+    completion_window: str = Field("24h", pattern=r"^[1-9][0-9]{0,2}h$",
+                                   description="whole hours, '1h' to '168h'")
     metadata: Metadata = None
     name: str | None = Field(None, max_length=256)
     input_source: InputSource = "file"
-    output_target: OutputTarget | None = Field(None, description="default: user_* like input_source, else file")
+    output_target: OutputTarget | None = Field(
+        None, description="default: the user_* of the output path given, else file")
     output_user_s3_path: str | None = Field(None, max_length=2048, description="s3://bucket/prefix/")
     output_user_cos_path: str | None = Field(None, max_length=2048, description="cos://bucket.region/prefix/")
 
@@ -210,7 +212,7 @@ class CreateUploadRequest(BaseModel):
 
 
 class CompleteUploadRequest(BaseModel):
-    """Body of `POST /v1/uploads/{upload_id}/complete`; the bytes went to `upload_url`, so there are no parts."""
+    """Body of `POST /v1/uploads/{upload_id}/complete`; the bytes went to `upload_url`: no parts."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -230,7 +232,7 @@ class Upload(BaseModel):
     purpose: str
     status: Literal["pending", "completed", "cancelled", "expired"]
     file: FileObject | None = None
-    upload_url: str | None = Field(None, description="PUT the file's bytes here before completing (pending only)")
+    upload_url: str | None = Field(None, description="PUT the file's bytes here, then complete (pending only)")
     upload_method: Literal["PUT"] = "PUT"
     upload_headers: dict[str, str] = Field(default_factory=dict, description="headers the PUT must send")
 

@@ -147,7 +147,8 @@ def _reasons(error: ClientError) -> list[str]:
 
 
 # Transactions on a hot item (the account counters) can be cancelled by concurrent ones; DynamoDB
-# advises retrying them with backoff (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html).
+# advises retrying them with backoff:
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html
 _retry_conflicts = retry(retry=retry_if_exception_type(_Conflict), stop=stop_after_attempt(10),
                          wait=wait_random_exponential(multiplier=0.02, max=1.0), reraise=True)
 
@@ -204,7 +205,8 @@ def create_batch_limited(item: dict[str, Any], *, max_active: int | None, max_pe
               "GSI1SK": sort_key(item["created_at"], item["id"]), **item, "active_counted": True}
     name = table().name
     active: dict[str, Any] = {"TableName": name, "Key": {"PK": account, "SK": LIMITS_SK},
-                              "UpdateExpression": "ADD active_batches :one", "ExpressionAttributeValues": {":one": 1}}
+                              "UpdateExpression": "ADD active_batches :one",
+                              "ExpressionAttributeValues": {":one": 1}}
     if max_active is not None:
         active["ConditionExpression"] = "attribute_not_exists(active_batches) OR active_batches < :max"
         active["ExpressionAttributeValues"][":max"] = max_active
@@ -214,7 +216,8 @@ def create_batch_limited(item: dict[str, Any], *, max_active: int | None, max_pe
     if max_per_minute is not None:
         items.append({"Update": {
             "TableName": name, "Key": {"PK": account, "SK": f"RATE#{minute}"},
-            "UpdateExpression": "ADD creates :one SET #ttl = :ttl", "ExpressionAttributeNames": {"#ttl": "ttl"},
+            "UpdateExpression": "ADD creates :one SET #ttl = :ttl",
+            "ExpressionAttributeNames": {"#ttl": "ttl"},
             "ConditionExpression": "attribute_not_exists(creates) OR creates < :max",
             "ExpressionAttributeValues": {":one": 1, ":max": max_per_minute, ":ttl": minute + 3600}}})
     try:
@@ -478,7 +481,7 @@ def page_files(account_id: str, *, limit: int, after: str | None = None, purpose
 # ---- uploads (presigned PUT of large files) ----------------------------------------------------------
 
 def put_upload(item: dict[str, Any]) -> None:
-    """Store a new upload record; `item` holds the Upload fields plus `account_id`, `file_id`, `bucket`, `key`."""
+    """Store a new upload record: the Upload fields plus `account_id`, `file_id`, `bucket`, `key`."""
     table().put_item(Item={"PK": f"UPLOAD#{item['id']}", "SK": META, **item})
 
 
@@ -487,7 +490,8 @@ def get_upload(upload_id: str) -> dict[str, Any] | None:
     return plain(item) if item else None
 
 
-def finish_upload(upload_id: str, status: str, *, sets: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def finish_upload(upload_id: str, status: str, *,
+                  sets: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Move a `pending` upload to `status` (`completed` / `cancelled`); None if it was not pending."""
     fields = {"status": status, **(sets or {})}
     names = {f"#f{i}": name for i, name in enumerate(fields)}

@@ -25,8 +25,8 @@ from batchinfer.observability import logger
 from batchinfer.schemas import ErrorBody, ErrorEnvelope
 
 TITLE, VERSION = "batchinfer", "0.1.0"
-_SECURITY = {"security_schemes": {"bearerAuth": HTTPBearer(description="an API key: `batchinfer keys create`")},
-             "security": [{"bearerAuth": []}]}
+_BEARER = HTTPBearer(description="an API key: `batchinfer keys create`")
+_SECURITY = {"security_schemes": {"bearerAuth": _BEARER}, "security": [{"bearerAuth": []}]}
 
 
 class BatchApiResolver(APIGatewayHttpResolver):

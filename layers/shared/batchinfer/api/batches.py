@@ -23,6 +23,8 @@ router = Router()
 # Path ids longer than this can't name anything we store (and DynamoDB keys are capped at 2 KB).
 MAX_ID_LENGTH = 128
 BatchId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
+After = Annotated[str | None,
+                  Query(max_length=MAX_ID_LENGTH, description="the last batch id of the previous page")]
 
 
 def batch_view(item: dict[str, Any]) -> Batch:
@@ -80,9 +82,9 @@ def create_batch(request: CreateBatchRequest) -> Batch:
         if error.kind == "rate":
             raise TooManyRequests(f"Rate limit reached: {error.limit} batch creations per minute.",
                                   code="rate_limit_exceeded", retry_after=error.retry_after) from None
-        raise TooManyRequests(f"This account has {error.limit} batches that have not finished, the most it may "
-                              "have; wait for one to end or cancel one.", code="active_batch_limit_exceeded",
-                              retry_after=error.retry_after) from None
+        raise TooManyRequests(f"This account has {error.limit} batches that have not finished, the most it "
+                              "may have; wait for one to end or cancel one.",
+                              code="active_batch_limit_exceeded", retry_after=error.retry_after) from None
     return batch_view(item)
 
 
@@ -93,9 +95,7 @@ def retrieve_batch(batch_id: BatchId) -> Batch:
 
 @router.get("/v1/batches", responses=documented(None))
 def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
-                 after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH,
-                                                    description="the last batch id of the previous page")] = None,
-                 ) -> BatchList:
+                 after: After = None) -> BatchList:
     items, has_more = store.list_batches(current_account(), limit=limit, after=after)
     data = [batch_view(i) for i in items]
     return BatchList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,

@@ -39,7 +39,8 @@ def owned_file(file_id: str, account_id: str | None = None) -> dict[str, Any]:
     return item
 
 
-def new_file_record(*, file_id: str, size: int, filename: str, purpose: str, account_id: str) -> dict[str, Any]:
+def new_file_record(*, file_id: str, size: int, filename: str, purpose: str,
+                    account_id: str) -> dict[str, Any]:
     """A file record for an object at `files/<file_id>` of the service bucket."""
     settings = get_settings()
     return {"id": file_id, "object": "file", "bytes": size, "created_at": store.now(), "filename": filename,

@@ -47,8 +47,8 @@ class Plan:
 
 def _allowed(location: Location, account: Account, param: str) -> None:
     if location.bucket_ref == f"s3://{get_settings().bucket_name}" or not account.allows(location.bucket_ref):
-        raise Forbidden(f"This account may not use bucket {location.bucket_ref!r}; ask the operator to add it "
-                        "to the account's bucket allowlist.", code="bucket_not_allowed", param=param)
+        raise Forbidden(f"This account may not use bucket {location.bucket_ref!r}; ask the operator to add "
+                        "it to the account's bucket allowlist.", code="bucket_not_allowed", param=param)
 
 
 def _parse(path: str, scheme: str, param: str, *, prefix: bool) -> Location:
@@ -65,16 +65,16 @@ def _output_target(request: CreateBatchRequest) -> str:
     target = request.output_target or (given[0] if len(given) == 1 else "file")
     for source, name in _PATH_FIELD.items():
         if source != target and getattr(request, name) is not None:
-            raise ApiError(f"{name} goes with output_target '{source}', not '{target}'", code="invalid_parameter",
-                           param=name)
+            raise ApiError(f"{name} goes with output_target '{source}', not '{target}'",
+                           code="invalid_parameter", param=name)
     if target != "file" and getattr(request, _PATH_FIELD[target]) is None:
-        raise ApiError(f"output_target '{target}' needs {_PATH_FIELD[target]}", code="missing_required_parameter",
-                       param=_PATH_FIELD[target])
+        raise ApiError(f"output_target '{target}' needs {_PATH_FIELD[target]}",
+                       code="missing_required_parameter", param=_PATH_FIELD[target])
     return target
 
 
 def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan:
-    """Check a create request's sources and targets against the account; raises `ApiError`s (400, 403, 404)."""
+    """Check a create request's source and target against the account; raises `ApiError` (400, 403, 404)."""
     source = request.input_source
     if source == "file" and request.endpoint is None:
         raise ApiError("Missing required parameter: 'endpoint'.", code="missing_required_parameter",
@@ -96,7 +96,8 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
         inputs = (location.bucket, location.key, location.where)
     output = None
     if target != "file":
-        output = _parse(getattr(request, _PATH_FIELD[target]), _SCHEME[target], _PATH_FIELD[target], prefix=True)
+        param = _PATH_FIELD[target]
+        output = _parse(getattr(request, param), _SCHEME[target], param, prefix=True)
         _allowed(output, account, _PATH_FIELD[target])
     # Reads only after every bucket passed the allowlist.
     if source != "file":

@@ -37,9 +37,10 @@ def upload_view(item: dict[str, Any]) -> Upload:
     if upload.status == "pending" and item["expires_at"] <= store.now():
         return upload.model_copy(update={"status": "expired"})
     if upload.status == "pending":
-        url = storage.presigned_put(item["bucket"], item["key"], expires_in=max(1, item["expires_at"] - store.now()),
-                                    content_type=item["mime_type"])
-        return upload.model_copy(update={"upload_url": url, "upload_headers": {"Content-Type": item["mime_type"]}})
+        url = storage.presigned_put(item["bucket"], item["key"], content_type=item["mime_type"],
+                                    expires_in=max(1, item["expires_at"] - store.now()))
+        return upload.model_copy(update={"upload_url": url,
+                                         "upload_headers": {"Content-Type": item["mime_type"]}})
     return upload
 
 
@@ -55,11 +56,12 @@ def owned_upload(upload_id: str) -> dict[str, Any]:
 def create_upload(request: CreateUploadRequest) -> Upload:
     settings = get_settings()
     if request.bytes > settings.max_file_bytes:
-        raise ApiError(f"bytes: {request.bytes} is over the {settings.max_file_bytes}-byte limit of a batch file",
-                       code="file_too_large", param="bytes")
+        raise ApiError(f"bytes: {request.bytes} is over the {settings.max_file_bytes}-byte limit of a batch "
+                       "file", code="file_too_large", param="bytes")
     at, file_id = store.now(), ids.new_file_id()
     item = {"id": f"upload_{file_id.removeprefix('file-')}", "object": "upload", "bytes": request.bytes,
-            "created_at": at, "expires_at": at + settings.upload_expires_seconds, "filename": request.filename,
+            "created_at": at, "expires_at": at + settings.upload_expires_seconds,
+            "filename": request.filename,
             "purpose": request.purpose, "status": "pending", "mime_type": request.mime_type,
             "account_id": current_account(), "file_id": file_id, "bucket": settings.bucket_name,
             "key": f"files/{file_id}"}
@@ -78,7 +80,8 @@ def complete_upload(upload_id: UploadId,
                        code="upload_not_pending")
     size = storage.size(item["bucket"], item["key"])
     if size is None:
-        raise ApiError("Nothing was uploaded: PUT the file's bytes to upload_url first.", code="upload_incomplete")
+        raise ApiError("Nothing was uploaded: PUT the file's bytes to upload_url first.",
+                       code="upload_incomplete")
     if size != item["bytes"]:
         raise ApiError(f"The upload has {size} bytes, but {item['bytes']} were announced.",
                        code="upload_size_mismatch", param="bytes")
@@ -96,6 +99,7 @@ def cancel_upload(upload_id: UploadId) -> Upload:
         return upload_view(item)
     done = store.finish_upload(upload_id, "cancelled")
     if done is None:
-        raise Conflict(f"Upload {upload_id} is {item['status']} and can't be cancelled.", code="upload_not_pending")
+        raise Conflict(f"Upload {upload_id} is {item['status']} and can't be cancelled.",
+                       code="upload_not_pending")
     storage.delete(item["bucket"], item["key"])
     return upload_view(done)
