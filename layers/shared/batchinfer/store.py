@@ -169,6 +169,7 @@ def _transition_counted(batch_id: str, account_id: str, update: dict[str, Any]) 
 
 
 def account_pk(account_id: str) -> str:
+    """The partition of an account's items (settings, counters)."""
     return f"ACCOUNT#{account_id}"
 
 
@@ -486,6 +487,7 @@ def put_upload(item: dict[str, Any]) -> None:
 
 
 def get_upload(upload_id: str) -> dict[str, Any] | None:
+    """An upload record (consistent read), or None."""
     item = table().get_item(Key={"PK": f"UPLOAD#{upload_id}", "SK": META}, ConsistentRead=True).get("Item")
     return plain(item) if item else None
 

@@ -60,6 +60,7 @@ def owned_batch(batch_id: str) -> dict[str, Any]:
 
 @router.post("/v1/batches", responses=documented(None, 403, 404, 429))
 def create_batch(request: CreateBatchRequest) -> Batch:
+    """Create a batch from an uploaded file (OpenAI) or from s3:// / cos:// paths (TokenHub)."""
     try:
         window_hours(request.completion_window)
     except ValueError as error:
@@ -90,12 +91,14 @@ def create_batch(request: CreateBatchRequest) -> Batch:
 
 @router.get("/v1/batches/<batch_id>", responses=documented(None, 404))
 def retrieve_batch(batch_id: BatchId) -> Batch:
+    """The batch, with live request_counts while it runs."""
     return batch_view(owned_batch(batch_id))
 
 
 @router.get("/v1/batches", responses=documented(None))
 def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
                  after: After = None) -> BatchList:
+    """The caller's batches, newest first."""
     items, has_more = store.list_batches(current_account(), limit=limit, after=after)
     data = [batch_view(i) for i in items]
     return BatchList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
@@ -104,6 +107,7 @@ def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page siz
 
 @router.post("/v1/batches/<batch_id>/cancel", responses=documented(None, 404, 409))
 def cancel_batch(batch_id: BatchId) -> Batch:
+    """Cancel a batch that has not ended: `cancelling`, then `cancelled` with the finished results kept."""
     item = owned_batch(batch_id)
     if item["status"] in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
         return batch_view(item)

@@ -52,6 +52,7 @@ def new_file_record(*, file_id: str, size: int, filename: str, purpose: str,
 def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")],
                 purpose: Annotated[Literal["batch"], Form(description="what the file is for: 'batch'")],
                 ) -> FileObject:
+    """Upload a JSONL batch input (up to the 6 MB a request can carry; larger files: /v1/uploads)."""
     item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
                            filename=(file.filename or "upload.jsonl")[:255], account_id=current_account())
     storage.put_bytes(item["bucket"], item["key"], file.content)
@@ -64,6 +65,7 @@ def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
                after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
                order: Annotated[Literal["asc", "desc"], Query()] = "desc",
                purpose: Annotated[str | None, Query(max_length=64)] = None) -> FileList:
+    """The caller's files (inputs and batch results)."""
     items, has_more = store.page_files(current_account(), limit=limit, after=after, purpose=purpose,
                                        newest_first=order == "desc")
     data = [file_object(i) for i in items]
@@ -73,11 +75,13 @@ def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
 
 @router.get("/v1/files/<file_id>", responses=documented(None, 404))
 def retrieve_file(file_id: FileId) -> FileObject:
+    """A file's metadata."""
     return file_object(owned_file(file_id))
 
 
 @router.delete("/v1/files/<file_id>", responses=documented(None, 404))
 def delete_file(file_id: FileId) -> FileDeleted:
+    """Delete a file and its bytes."""
     item = owned_file(file_id)
     store.delete_file(file_id)
     storage.delete(item["bucket"], item["key"], where=item.get("where"))
@@ -88,6 +92,7 @@ def delete_file(file_id: FileId) -> FileDeleted:
     {"description": "the file's bytes", "content": {"application/octet-stream": {"schema": {}}}}, 404)
     | {302: {"description": "large files: a presigned S3 URL in Location"}})
 def file_content(file_id: FileId):  # noqa: ANN201 - Powertools can't model a raw Response as a return type
+    """A file's bytes (files over 4 MB: a 302 to a presigned S3 URL)."""
     item = owned_file(file_id)
     where = item.get("where")
     if item["bytes"] > INLINE_CONTENT_BYTES:

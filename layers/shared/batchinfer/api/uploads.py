@@ -54,6 +54,7 @@ def owned_upload(upload_id: str) -> dict[str, Any]:
 
 @router.post("/v1/uploads", responses=documented(None))
 def create_upload(request: CreateUploadRequest) -> Upload:
+    """Announce a large file; PUT its bytes to the returned upload_url, then complete."""
     settings = get_settings()
     if request.bytes > settings.max_file_bytes:
         raise ApiError(f"bytes: {request.bytes} is over the {settings.max_file_bytes}-byte limit of a batch "
@@ -72,6 +73,7 @@ def create_upload(request: CreateUploadRequest) -> Upload:
 @router.post("/v1/uploads/<upload_id>/complete", responses=documented(None, 404, 409))
 def complete_upload(upload_id: UploadId,
                     request: Annotated[CompleteUploadRequest | None, Body()] = None) -> Upload:
+    """Turn the uploaded bytes into a File (checks that exactly `bytes` bytes arrived)."""
     item = owned_upload(upload_id)
     if item["status"] == "completed":
         return upload_view(item)
@@ -94,6 +96,7 @@ def complete_upload(upload_id: UploadId,
 
 @router.post("/v1/uploads/<upload_id>/cancel", responses=documented(None, 404, 409))
 def cancel_upload(upload_id: UploadId) -> Upload:
+    """Drop a pending upload."""
     item = owned_upload(upload_id)
     if item["status"] == "cancelled":
         return upload_view(item)
