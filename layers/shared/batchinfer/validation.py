@@ -301,44 +301,45 @@ def _plain_str(value: Any) -> bool:
     return type(value) is str and value != ""
 
 
-def _plain_message(message: Any) -> bool:
-    if type(message) is not dict:
-        return False
-    role = message.get("role")
-    return type(role) is str and role in _ROLES and type(message.get("content")) is str
-
-
-def _positive_int(value: Any) -> bool:
-    return value is None or (type(value) is int and 0 < value < 2**63)
-
-
-def _number_from(low: float, high: float) -> Callable[[Any], bool]:
-    return lambda value: value is None or (type(value) in (int, float) and low <= value <= high)
-
-
 _ROLES = frozenset(Role.__args__)  # type: ignore[attr-defined]
-_FAST_CHAT_OPTIONAL: dict[str, Callable[[Any], bool]] = {
-    "max_tokens": _positive_int,
-    "max_completion_tokens": _positive_int,
-    "temperature": _number_from(0, 2),
-    "top_p": _number_from(0, 1),
-    "n": lambda value: value is None or (type(value) is int and value == 1),
-    "stop": lambda value: value is None or type(value) is str
-    or (type(value) is list and len(value) <= 4 and all(type(s) is str for s in value)),
-    "seed": lambda value: value is None or (type(value) is int and -(2**63) <= value < 2**63),
-    "stream": lambda value: value is None or value is False,
-}
-assert {"model", "messages", *_FAST_CHAT_OPTIONAL} == set(ChatCompletionBody.model_fields)
+_INT64 = 2**63
+# The body fields `_plain_chat_body` checks, one by one below (inline: a call per field costs more
+# than the check).
+_PLAIN_CHAT_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
+                                "top_p", "n", "stop", "seed", "stream"})
+assert _PLAIN_CHAT_FIELDS == set(ChatCompletionBody.model_fields)
 assert set(ChatMessage.model_fields) == {"role", "content"}
 
 
 def _plain_chat_body(body: dict[str, Any]) -> bool:
     """True only for a body that `ChatCompletionBody` accepts (False says nothing)."""
-    messages = body.get("messages")
-    if not (_plain_str(body.get("model")) and type(messages) is list and messages
-            and all(map(_plain_message, messages))):
+    get = body.get
+    messages, model = get("messages"), get("model")
+    if type(messages) is not list or not messages or type(model) is not str or not model:
         return False
-    return all(_FAST_CHAT_OPTIONAL[key](body[key]) for key in _FAST_CHAT_OPTIONAL.keys() & body.keys())
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        role = message.get("role")
+        if type(role) is not str or role not in _ROLES or type(message.get("content")) is not str:
+            return False
+    if (value := get("max_tokens")) is not None and not (type(value) is int and 0 < value < _INT64):
+        return False
+    if (value := get("max_completion_tokens")) is not None and not (type(value) is int and 0 < value < _INT64):
+        return False
+    if (value := get("temperature")) is not None and not (type(value) in (int, float) and 0 <= value <= 2):
+        return False
+    if (value := get("top_p")) is not None and not (type(value) in (int, float) and 0 <= value <= 1):
+        return False
+    if (value := get("n")) is not None and not (type(value) is int and value == 1):
+        return False
+    if (value := get("seed")) is not None and not (type(value) is int and -_INT64 <= value < _INT64):
+        return False
+    if (value := get("stream")) is not None and value is not False:
+        return False
+    value = get("stop")
+    return value is None or type(value) is str or (
+        type(value) is list and len(value) <= 4 and all(type(item) is str for item in value))
 
 
 def check_chat_body(body: dict[str, Any], line: int) -> list[LineError]:
@@ -538,9 +539,10 @@ class SeenIds:
     def add(self, custom_id: str, line: int) -> None:
         """Remember that `custom_id` appears on `line` (add each id once, in line order)."""
         self._bloom.add(custom_id)
-        self._pending += _seen_key(custom_id)
-        self._pending += line.to_bytes(4, "little")
-        if len(self._pending) >= self._FLUSH_BYTES:
+        pending = self._pending
+        pending += _seen_key(custom_id)
+        pending += line.to_bytes(4, "little")
+        if len(pending) >= self._FLUSH_BYTES:
             self._flush()
 
     def close(self) -> None:
@@ -628,6 +630,8 @@ class FileValidator:
         self._model_line = 0
         self._model_known: bool | None = None
         self._seen = SeenIds(max_requests)
+        self._url: str | None = None  # the last url that matched the endpoint, and its match
+        self._url_match: re.Match[str] | None = None
         self._last_line = 0
         self._sniffed = False
         self._not_utf8 = False  # the whole file is UTF-16/32: nothing more to say about its lines
@@ -656,16 +660,18 @@ class FileValidator:
             return None
         n = line.number
         if line.too_long:
-            self._count_request(n)
+            self._count_request(n, counted=False)
             self._add(
                 ErrorCode.LINE_TOO_LARGE,
                 f"Line {n} is {line.size} bytes long; the limit is {self.max_line_bytes} bytes per line.",
                 line=n,
             )
             return None
-        if not line.data.strip(b" \t\r"):
+        if line.data[:1] != b"{" and not line.data.strip(b" \t\r"):
             return None
-        self._count_request(n)
+        self.request_count += 1
+        if self.request_count > self.max_requests:
+            self._count_request(n)
         if not self._sniffed:
             self._sniffed = True
             if reason := _foreign_encoding(line.data):
@@ -700,12 +706,13 @@ class FileValidator:
                 line=n,
             )
             return None
-        if not self._check_model(model, n):
+        if (model != self.model or not self._model_known) and not self._check_model(model, n):
             return None
         return RequestLine(line=n, custom_id=custom_id, method=obj["method"], url=url, body=body, model=model)
 
-    def _count_request(self, n: int) -> None:
-        self.request_count += 1
+    def _count_request(self, n: int, *, counted: bool = True) -> None:
+        if not counted:
+            self.request_count += 1
         if self.request_count == self.max_requests + 1:
             self._add(
                 ErrorCode.TOO_MANY_TASKS,
@@ -806,8 +813,11 @@ class FileValidator:
 
     def _check_url(self, url: str, n: int) -> re.Match[str] | None:
         """The url's match against the batch endpoint, or None after recording the mismatch."""
+        if url == self._url:  # every line of a batch has the same url
+            return self._url_match
         found = _find_endpoint(url)
         if found is not None and found[0] is self._endpoint:
+            self._url, self._url_match = url, found[1]
             return found[1]
         if found is not None or url in OTHER_OPENAI_URLS:
             self._add(
