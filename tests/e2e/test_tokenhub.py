@@ -23,6 +23,7 @@ from support.api_stack import api_client, chat_line, jsonl, new_account, wait_fo
 pytestmark = [pytest.mark.model, pytest.mark.timeout(180)]
 
 USER_BUCKET, OTHER_BUCKET = "batchinfer-user-acme", "batchinfer-user-rival"
+GHOST = "batchinfer-user-ghost"  # allowed, but never created
 COS_BUCKET, COS_REGION = "userdata-1250000000", "ap-guangzhou"
 LINES = jsonl(chat_line("q-1", "Say hi."), chat_line("q-2", "Say bye."))
 
@@ -39,7 +40,7 @@ def stack() -> Iterator[LocalStack]:
 
 @pytest.fixture(scope="module")
 def http(stack: LocalStack) -> Iterator[httpx.Client]:
-    key = new_account("acme", allowed_buckets=[f"s3://{USER_BUCKET}", f"cos://{COS_BUCKET}"])
+    key = new_account("acme", allowed_buckets=[f"s3://{USER_BUCKET}", f"cos://{COS_BUCKET}", f"s3://{GHOST}"])
     with api_client(stack, key) as client:
         yield client
 
@@ -89,6 +90,14 @@ def test_unreadable_input_is_400_input_file_unavailable(http: httpx.Client) -> N
     assert error_of(missing) == (400, "input_file_unavailable", "input_file_id")
     assert missing.json()["error"]["message"] == (
         f"The input file s3://{USER_BUCKET}/in/nope.jsonl cannot be read (404).")
+
+
+def test_an_allowed_bucket_that_does_not_exist_is_400(http: httpx.Client) -> None:
+    no_input = http.post("/batches", json=tokenhub(input_file_id=f"s3://{GHOST}/in.jsonl"))
+    no_output = http.post("/batches", json=tokenhub(output_user_s3_path=f"s3://{GHOST}/out/"))
+    assert error_of(no_input) == (400, "input_file_unavailable", "input_file_id")
+    assert error_of(no_output) == (400, "output_path_unavailable", "output_user_s3_path")
+    assert no_output.json()["error"]["message"] == "The output path cannot be used (404)."
 
 
 @pytest.mark.parametrize("fields, param", [

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal, NamedTuple
 
 import orjson
 from rbloom import Bloom
@@ -82,12 +82,12 @@ class LineError(BaseModel):
     line: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RequestLine:
+class RequestLine(NamedTuple):
     """A valid request line. `body` is the parsed body exactly as given (unknown fields kept, nothing
     coerced); `model` is the model it runs on (`body.model`, or the `{model}` of a `/v2` url).
 
     `body` may hold lone surrogates (`"\\ud800"`): serialise it with `json.dumps(ensure_ascii=True)`.
+    A named tuple rather than a frozen dataclass: one is made per line, and it is made 4x faster.
     """
 
     line: int
@@ -536,13 +536,15 @@ class SeenIds:
             self._found[key] = line
         return line
 
+    def maybe_seen(self, custom_id: str) -> bool:
+        """False when `custom_id` was certainly never added (no search; True says nothing)."""
+        return custom_id in self._bloom
+
     def add(self, custom_id: str, line: int) -> None:
         """Remember that `custom_id` appears on `line` (add each id once, in line order)."""
         self._bloom.add(custom_id)
-        pending = self._pending
-        pending += _seen_key(custom_id)
-        pending += line.to_bytes(4, "little")
-        if len(pending) >= self._FLUSH_BYTES:
+        self._pending += _seen_key(custom_id) + line.to_bytes(4, "little")
+        if len(self._pending) >= self._FLUSH_BYTES:
             self._flush()
 
     def close(self) -> None:
@@ -630,6 +632,7 @@ class FileValidator:
         self._model_line = 0
         self._model_known: bool | None = None
         self._seen = SeenIds(max_requests)
+        self._plain_chat = found.template == CHAT_ENDPOINT  # `_feed_plain` knows chat bodies only
         self._url: str | None = None  # the last url that matched the endpoint, and its match
         self._url_match: re.Match[str] | None = None
         self._last_line = 0
@@ -655,6 +658,8 @@ class FileValidator:
         Lines must come in order. Whitespace-only lines are blank (JSON whitespace: space, tab, CR;
         RFC 8259 section 2). The problems of a bad line are recorded in `errors`.
         """
+        if (request := self._feed_plain(line)) is not None:
+            return request
         self._last_line = line.number
         if self._not_utf8:
             return None
@@ -709,6 +714,32 @@ class FileValidator:
         if (model != self.model or not self._model_known) and not self._check_model(model, n):
             return None
         return RequestLine(line=n, custom_id=custom_id, method=obj["method"], url=url, body=body, model=model)
+
+    def _feed_plain(self, line: PhysicalLine) -> RequestLine | None:
+        """`feed` for the common line, in a fraction of the time: a plain valid chat request with a
+        new custom_id, once the file's first request set the model and url. None when the line is
+        anything else (nothing was recorded then: `feed` goes on as if this had not run)."""
+        data = line.data
+        if (not self._plain_chat or self.model is None or not self._model_known or line.too_long
+                or self.request_count >= self.max_requests or data[:1] != b"{" or _has_long_number(data)):
+            return None
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        if type(obj) is not dict:
+            return None
+        get = obj.get
+        custom_id, url, body = get("custom_id"), get("url"), get("body")
+        # `_plain_envelope`, inline; `url == self._url` makes it a string
+        if (type(custom_id) is not str or not custom_id or get("method") != "POST" or url != self._url
+                or type(body) is not dict or body.get("model") != self.model
+                or self._seen.maybe_seen(custom_id) or not _plain_chat_body(body)):
+            return None
+        n = self._last_line = line.number
+        self.request_count += 1
+        self._seen.add(custom_id, n)
+        return RequestLine(n, custom_id, "POST", url, body, self.model)
 
     def _count_request(self, n: int, *, counted: bool = True) -> None:
         if not counted:

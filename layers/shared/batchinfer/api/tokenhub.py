@@ -98,7 +98,7 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
     if target != "file":
         param = _PATH_FIELD[target]
         output = _parse(getattr(request, param), _SCHEME[target], param, prefix=True)
-        _allowed(output, account, _PATH_FIELD[target])
+        _allowed(output, account, param)
     # Reads only after every bucket passed the allowlist.
     if source != "file":
         try:
