@@ -87,11 +87,13 @@ def _child(batch_id: str) -> None:
     # In the measured process: prepare one batch, report its peak RSS.
     from batchinfer.prepare import prepare_batch
 
+    before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
     outcome = prepare_batch(batch_id)
     seconds = time.perf_counter() - started
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"outcome": outcome, "seconds": seconds, "peak_mib": peak_kib / 1024}))
+    print(json.dumps({"outcome": outcome, "seconds": seconds, "peak_mib": peak_kib / 1024,
+                      "imports_mib": before_kib / 1024}))
 
 
 def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int, dict[str, Any]]:

@@ -60,3 +60,24 @@ def test_a_three_line_batch_completes_with_real_answers(client: BatchClient, tmp
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
         assert 0 < usage["completion_tokens"] <= 12
     assert batch["usage"]["output_tokens"] == sum(l["response"]["body"]["usage"]["completion_tokens"] for l in lines)
+
+
+def test_a_create_retried_with_the_same_idempotency_key_returns_the_first_batch(client: BatchClient,
+                                                                               tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": "smollm2-135m-instruct", "max_tokens": 2,
+                                         "messages": [{"role": "user", "content": "Hi"}]}}) + "\n")
+    body = {"input_file_id": client.upload(path)["id"], "endpoint": "/v1/chat/completions",
+            "completion_window": "24h"}
+    first = client.http.post("/batches", json=body, headers={"Idempotency-Key": "retry-7"})
+    second = client.http.post("/batches", json=body, headers={"Idempotency-Key": "retry-7"})
+    other = client.http.post("/batches", json=body, headers={"Idempotency-Key": "retry-8"})
+    assert (first.status_code, second.status_code, other.status_code) == (200, 200, 200)
+    assert second.json()["id"] == first.json()["id"] != other.json()["id"]
+    listed = [b["id"] for b in client.http.get("/batches", params={"limit": 100}).json()["data"]]
+    assert listed.count(first.json()["id"]) == 1
+    bad = client.http.post("/batches", json=body, headers={"Idempotency-Key": "x" * 256})
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "Idempotency-Key")
+    for batch_id in (first.json()["id"], other.json()["id"]):
+        assert client.wait(batch_id, poll_s=0.5, timeout_s=120)["status"] == "completed"

@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-from batchinfer import ids, intake, store
 from batchinfer.backends import ModelRegistry, load_registry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
 from batchinfer.backends.llama_cpp import find_gguf
@@ -30,7 +29,6 @@ from tokenizers import Tokenizer
 
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
-from batchinfer_local.stack import DEV_ACCOUNT
 from support.token_cases import CASE_ERRORS, CASES
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
@@ -728,21 +726,9 @@ def test_a_token_batch_completes_through_the_pipeline(stack: LocalStack, tmp_pat
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     client = BatchClient(f"{stack.base_url}/v1", stack.api_key)
     uploaded = client.upload(path)
-    record = store.get_file(uploaded["id"])
-    assert record is not None
 
-    # When a batch with the token endpoint is created on it (POST /v1/batches takes chat batches only
-    # for now, so through the shared create path) and run by prepare, the worker and the aggregator
-    batch_id = ids.new_batch_id()
-    intake.create_batch(
-        batch_id=batch_id,
-        account_id=DEV_ACCOUNT,
-        input_file_id=uploaded["id"],
-        input_bucket=record["bucket"],
-        input_key=record["key"],
-        endpoint=url,
-        completion_window="24h",
-    )
+    # When a batch with the token endpoint is created through the API and run by the pipeline
+    batch_id = client.create(uploaded["id"], endpoint=url)["id"]
     batch = client.wait(batch_id, poll_s=0.5, timeout_s=120)
 
     # Then it completed: the good lines in output.jsonl with their ids, the bad one a 400 in error.jsonl

@@ -109,7 +109,7 @@ def test_a_missing_input_object_fails_the_batch_once(moto_aws: Aws, monkeypatch:
 
 
 def test_worker_and_aggregator_complete_the_batch(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    batch_id = create(moto_aws, LINES, monkeypatch=monkeypatch)
+    create(moto_aws, LINES, monkeypatch=monkeypatch)
     header = run_to_end(moto_aws, prepare(moto_aws))
     assert header["status"] == "completed"
     assert header["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
@@ -215,3 +215,16 @@ def test_the_sweeper_expires_an_overdue_batch(moto_aws: Aws, monkeypatch: pytest
     assert header["status"] == "expired"
     assert header["request_counts"] == {"total": 5, "completed": 2, "failed": 3}
     assert {e["error"]["code"] for e in read(moto_aws, header["error_file_id"])} == {"batch_expired"}
+
+
+def test_cancel_while_validating_ends_with_nothing_run(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_id = create(moto_aws, LINES, monkeypatch=monkeypatch)
+    prepare_message = moto_aws.messages("PrepareQueue")
+    from batchinfer.status import BatchStatus
+    assert store.transition(batch_id, BatchStatus.CANCELLING) is not None
+    assert moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": batch_id}])) == {"batchItemFailures": []}
+    assert moto_aws.invoke("PrepareFunction", sqs_event(prepare_message)) == {"batchItemFailures": []}
+    header = store.get_batch(batch_id)
+    assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 0, "completed": 0, "failed": 0})
+    assert (header["output_file_id"], header["error_file_id"]) == (None, None)
+    assert moto_aws.messages("ShardsQueue") == []

@@ -100,7 +100,8 @@ def finalize_batch(batch_id: str) -> str:
         logger.info("finalize: nothing to do yet", extra={"batch_id": batch_id, "status": header["status"]})
         return "skipped"
     final = BatchStatus(sealed["final_status"])
-    shards = list(store.query_shards(batch_id))
+    # A batch cancelled while validating never ran: shard items prepare may have written don't count.
+    shards = list(store.query_shards(batch_id)) if sealed.get("in_progress_at") else []
     output_id, completed = _write_file(sealed, "output", _result_parts(settings.bucket_name, shards, errors=False))
     chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 

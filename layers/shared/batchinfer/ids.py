@@ -37,3 +37,8 @@ def result_file_id(batch_id: str, kind: str) -> str:
 def request_id(batch_id: str, line: int) -> str:
     """The `id` of a result line (`batch_req_...`), stable for a (batch, input line)."""
     return f"batch_req_{_digest(batch_id, str(line))}"
+
+
+def idempotent_batch_id(account_id: str, idempotency_key: str) -> str:
+    """The batch id of a create carrying an `Idempotency-Key` header (scoped to the account)."""
+    return f"batch_{_digest('idempotency', account_id, idempotency_key)}"

@@ -15,7 +15,8 @@ from batchinfer.status import BatchStatus
 CHAT_ENDPOINT = "/v1/chat/completions"
 InputSource = Literal["file", "user_s3", "user_cos"]
 OutputTarget = Literal["file", "user_s3", "user_cos"]
-SUPPORTED_ENDPOINTS = (CHAT_ENDPOINT,)
+# Batch endpoints: chat completions, or token inference on one model (KServe v2 / MindIE).
+ENDPOINT_PATTERN = r"^(/v1/chat/completions|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
 _WINDOW = re.compile(r"^(\d{1,3})h$")
 MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
 
@@ -162,8 +163,10 @@ class CreateBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: str = Field(min_length=1, max_length=2048)
-    endpoint: Literal["/v1/chat/completions"] | None = Field(
-        None, description="required unless input_source is user_s3 or user_cos")
+    endpoint: str | None = Field(
+        None, pattern=ENDPOINT_PATTERN,
+        description="/v1/chat/completions or /v2/models/{model}/infer (KServe v2 token requests); "
+                    "required unless input_source is user_s3 or user_cos")
     completion_window: str = Field("24h", pattern=r"^[1-9][0-9]{0,2}h$",
                                    description="whole hours, '1h' to '168h'")
     metadata: Metadata = None

@@ -20,6 +20,7 @@ same transaction, so the counter is exact under concurrent creates and transitio
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -417,13 +418,28 @@ def commit_shard(batch_id: str, shard: int, *, start: int, end: int, size: int, 
                                           ":d": 1 if done else 0, ":now": at},
         }
     }
-    try:
-        table().meta.client.transact_write_items(TransactItems=[shard_update, header_update])
-    except ClientError as error:
-        if _condition_failed(error):
+    for attempt in range(_CONFLICT_RETRIES):
+        try:
+            table().meta.client.transact_write_items(TransactItems=[shard_update, header_update])
+            return True
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            # A TransactionConflict (another transaction on the header at the same time) is not an
+            # answer: try again. Only a failed condition means this work is counted already.
+            if _only_conflicts(error) and attempt + 1 < _CONFLICT_RETRIES:
+                time.sleep(random.uniform(0.01, 0.05 * 2**attempt))
+                continue
             return False
-        raise
-    return True
+    return False
+
+
+_CONFLICT_RETRIES = 5
+
+
+def _only_conflicts(error: ClientError) -> bool:
+    reasons = [r.get("Code") for r in error.response.get("CancellationReasons", [])]
+    return bool(reasons) and "ConditionalCheckFailed" not in reasons and "TransactionConflict" in reasons
 
 
 # ---- files ---------------------------------------------------------------------------------------

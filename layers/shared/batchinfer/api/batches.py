@@ -58,6 +58,18 @@ def owned_batch(batch_id: str) -> dict[str, Any]:
     return item
 
 
+def _batch_id(account_id: str) -> str:
+    """A new batch id, or the one an `Idempotency-Key` header names: a retried create (same key, same
+    account) returns the batch the first attempt created instead of starting a second one."""
+    key = router.current_event.get_header_value("idempotency-key", case_sensitive=False)
+    if key is None:
+        return ids.new_batch_id()
+    if not 1 <= len(key) <= 255 or not key.isprintable():
+        raise ApiError("Idempotency-Key must be 1 to 255 printable characters", code="invalid_idempotency_key",
+                       param="Idempotency-Key")
+    return ids.idempotent_batch_id(account_id, key)
+
+
 @router.post("/v1/batches", responses=documented(None, 403, 404, 429))
 def create_batch(request: CreateBatchRequest) -> Batch:
     """Create a batch from an uploaded file (OpenAI) or from s3:// / cos:// paths (TokenHub)."""
@@ -68,7 +80,7 @@ def create_batch(request: CreateBatchRequest) -> Batch:
     account_id = current_account()
     account = accounts.get_account(account_id)
     plan = tokenhub.plan(request, account, account_id)
-    settings, batch_id = get_settings(), ids.new_batch_id()
+    settings, batch_id = get_settings(), _batch_id(account_id)
     try:
         item = intake.create_batch(
             batch_id=batch_id, account_id=account_id, input_file_id=request.input_file_id,
