@@ -201,6 +201,17 @@ def cmd_accounts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_redrive(args: argparse.Namespace) -> int:
+    import boto3
+
+    from batchinfer_local.redrive import redrive
+
+    moved = redrive(boto3.client("sqs", endpoint_url=args.endpoint_url), args.dlq_url, args.target_url,
+                    limit=args.limit)
+    console.print(f"moved {moved} message(s) to {args.target_url}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batchinfer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     configure.add_argument("--max-creates-per-minute", type=int)
     for parser_ in (show, configure):
         parser_.set_defaults(run=cmd_accounts)
+    redrive = commands.add_parser("redrive", help="move a dead-letter queue's messages back to their queue")
+    redrive.add_argument("dlq_url", help="the dead-letter queue's URL")
+    redrive.add_argument("--to", required=True, dest="target_url", help="the URL of the queue to move them to")
+    redrive.add_argument("--max", type=int, dest="limit", help="at most this many messages")
+    redrive.add_argument("--endpoint-url", default=os.environ.get("AWS_ENDPOINT_URL"),
+                         help="SQS endpoint (a local stack's moto)")
+    redrive.set_defaults(run=cmd_redrive)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,23 @@
+"""`batchinfer redrive`: dead letters go back to their queue and are processed (issue 5)."""
+
+from __future__ import annotations
+
+import json
+
+from batchinfer_local import LocalStack
+from batchinfer_local.cli import main
+
+
+def test_redrive_moves_dead_letters_back_and_they_run() -> None:
+    with LocalStack(port=0) as stack:
+        dlq, queue = stack.queue_urls["FinalizeDeadLetterQueue"], stack.queue_urls["FinalizeQueue"]
+        for n in range(12):
+            stack.sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps({"batch_id": f"batch_gone{n}"}))
+        before = stack.invocations("AggregatorFunction")
+
+        assert main(["redrive", dlq, "--to", queue, "--endpoint-url", stack.moto_endpoint]) == 0
+        stack.wait_idle(timeout=60)
+
+        counts = stack.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
+        assert counts["Attributes"]["ApproximateNumberOfMessages"] == "0"
+        assert stack.invocations("AggregatorFunction") == before + 12  # BatchSize 1: one invocation each
