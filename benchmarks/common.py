@@ -63,6 +63,13 @@ def moto_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+def quiet_functions() -> None:
+    """Keep the functions' INFO logs (one JSON line per shard) out of the benchmark's output."""
+    from batchinfer.observability import logger
+
+    logger.setLevel("WARNING")
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the result table: `measured` and `reference` in `unit`, their `ratio` and the target."""

@@ -51,7 +51,7 @@ def main() -> int:
                                      "body": {"model": "sim-model", "max_tokens": 8,
                                               "messages": [{"role": "user", "content": f"Question {i}"}]}}) + "\n")
     os.environ.update({
-        "MODEL_REGISTRY": str(registry), "SHARD_LEASE_SECONDS": "2", "STUCK_AFTER_SECONDS": "3",
+        "MODEL_REGISTRY": str(registry), "SHARD_LEASE_SECONDS": "2", "STUCK_AFTER_SECONDS": "3", "MAX_SHARD_ATTEMPTS": "50",
         "CHECKPOINT_SECONDS": "1",
         "BATCHINFER_CHAOS": json.dumps({"seed": args.seed, "slow_backend_seconds": 0.2,
                                         **{fault: args.rate for fault in FAULTS}})})

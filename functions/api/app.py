@@ -7,7 +7,9 @@ from batchinfer.api.app import app
 from batchinfer.observability import logger, tracer
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+# log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: the event holds the caller's API key
+# (the Authorization header), which must never reach a log.
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, log_event=False)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     return app.resolve(event, context)

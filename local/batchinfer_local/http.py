@@ -219,6 +219,7 @@ def _json_response(status: int, message: str) -> HttpResponse:
     return HttpResponse(status, [("Content-Type", "application/json")], json.dumps({"message": message}).encode())
 
 
+BAD_REQUEST = _json_response(400, "Bad Request")
 NOT_FOUND = _json_response(404, "Not Found")
 INTERNAL_ERROR = _json_response(500, "Internal Server Error")
 TOO_LARGE = _json_response(413, "Request Entity Too Large")
@@ -312,19 +313,25 @@ class HttpApiServer:
             def _handle(self) -> None:
                 try:
                     body = self._read_body()
-                except ValueError:
-                    self.send_error(400, "Bad Request")
+                except ValueError:  # a Content-Length or chunk size that is not a number, or negative
+                    self.close_connection = True  # where this request ends is unknown: no next one
+                    self._send(BAD_REQUEST)
                     return
                 started = time.monotonic()
                 response = api.respond(
                     self.command, self.path, list(self.headers.items()), body, self.client_address[0]
                 )
                 log.debug("%s %s -> %d (%.0f ms)", self.command, self.path, response.status, (time.monotonic() - started) * 1000)
+                self._send(response)
+
+            def _send(self, response: HttpResponse) -> None:
                 self.send_response(response.status)
                 for name, value in response.headers:
                     if name.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(response.body)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(response.body)
@@ -340,8 +347,13 @@ class HttpApiServer:
                             return b"".join(chunks)
                         chunks.append(self.rfile.read(size))
                         self.rfile.readline()
-                length = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(length) if length > 0 else b""
+                # RFC 9110 8.6: 1*DIGIT, and one value (two that differ are a request smuggling attempt)
+                values = {value.strip() for value in self.headers.get_all("Content-Length") or []}
+                if not values:
+                    return b""
+                if len(values) > 1 or not re.fullmatch(r"[0-9]+", next(iter(values))):
+                    raise ValueError(f"invalid Content-Length {sorted(values)}")
+                return self.rfile.read(int(values.pop()))
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 

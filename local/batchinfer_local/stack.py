@@ -319,7 +319,9 @@ class LocalStack:
             "dynamodb", endpoint_url=self.moto_endpoint, region_name=LOCAL_REGION,
             aws_access_key_id="testing", aws_secret_access_key="testing").Table(table_name)
         accounts.create_key(DEV_ACCOUNT, name="local dev key", secret=secret, table=table)
-        log.info("local dev API key for account %r: %s", DEV_ACCOUNT, secret)
+        # The key itself is never logged: `batchinfer local` shows it on the console, tests read `api_key`.
+        log.info("local dev API key for account %r stored (%s)", DEV_ACCOUNT,
+                 f"from ${DEV_API_KEY_ENV}" if not self.api_key_generated else "generated")
         return secret
 
     def _set_environ(self, values: Mapping[str, str], remove: list[str] | tuple[str, ...] = ()) -> None:

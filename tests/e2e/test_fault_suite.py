@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
 LINES = 24
 # Short leases and stuck timers so crashed work is picked up again within seconds.
-FAST_RECOVERY = {"SHARD_LEASE_SECONDS": "1", "STUCK_AFTER_SECONDS": "2", "CHECKPOINT_SECONDS": "0.2",
+FAST_RECOVERY = {"SHARD_LEASE_SECONDS": "1", "STUCK_AFTER_SECONDS": "3", "CHECKPOINT_SECONDS": "0.2",
+                 # Giving up on a shard has its own test; here every line must get its real answer.
+                 "MAX_SHARD_ATTEMPTS": "50",
                  "WORKER_CONCURRENCY": "4"}
 
 
@@ -85,4 +87,4 @@ def test_invariant_holds_under(stack: LocalStack, scenario: str, tmp_path: Path)
     assert {name for name, count in fired.items() if count} == faults  # every fault of the scenario happened
     assert_batch_invariant(batch, path.read_text(), output, errors)
     if scenario not in ("backend_error", "everything"):
-        assert batch["request_counts"]["failed"] == 0
+        assert batch["request_counts"]["failed"] == 0, errors[:600]

@@ -64,7 +64,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "SHARDS_QUEUE_URL": made.queue_urls["ShardsQueue"],
         "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
         "SHARD_SIZE": "10",  # the override
-        "WORKER_CONCURRENCY": "8",  # the default, as the string CloudFormation passes
+        "WORKER_CONCURRENCY": "64",  # the default, as the string CloudFormation passes
         "COS_ENDPOINT_URL": "",
         "COS_CREDENTIALS_SECRET": "batchinfer/cos",
         "MAX_ACTIVE_BATCHES": "10",  # ApiFunction's own variables

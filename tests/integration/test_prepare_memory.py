@@ -104,7 +104,8 @@ def test_prepare_of_100k_lines_stays_under_a_fixed_bound(moto_server: str) -> No
 
     # Then it sharded everything while its peak stayed far below the file's size
     header = store.get_batch(batch_id)
-    assert (header["request_counts"]["total"], header["shards_total"]) == (LINES, LINES // 100)
+    shard_size = get_settings().shard_size
+    assert (header["request_counts"]["total"], header["shards_total"]) == (LINES, -(-LINES // shard_size))
     assert size > 3 * BOUND_BYTES
     print(f"prepare peak {peak / 2**20:.1f} MiB for {size / 2**20:.0f} MiB")
     assert peak < BOUND_BYTES, f"peak {peak / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB file"

@@ -89,7 +89,7 @@ def test_globals_environment_names_every_setting() -> None:
     assert RESOURCES["DataBucket"]["Properties"]["BucketName"] == {
         "Fn::Sub": "batchinfer-${AWS::AccountId}-${AWS::Region}-data"
     }
-    assert (TEMPLATE["Parameters"]["ShardSize"]["Default"], TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"]) == (100, 8)
+    assert (TEMPLATE["Parameters"]["ShardSize"]["Default"], TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"]) == (500, 64)
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)

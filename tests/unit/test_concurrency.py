@@ -1,4 +1,5 @@
-"""The AIMD limiter: exact limits after each answer, once-per-window cuts, FIFO waiters, cancellation."""
+"""The AIMD limiter: exact limits after each answer (slow start, additive increase, cuts), FIFO
+waiters, cancellation."""
 
 import asyncio
 
@@ -7,10 +8,10 @@ import pytest
 from batchinfer.concurrency import AIMDLimiter, Permit
 
 
-def test_starts_at_the_maximum_unless_told() -> None:
+def test_starts_at_initial_clamped_to_the_bounds() -> None:
+    assert AIMDLimiter(64).limit == 16
     assert AIMDLimiter(8).limit == 8
     assert AIMDLimiter(8, initial=3).limit == 3
-    assert AIMDLimiter(8, initial=50).limit == 8
     assert AIMDLimiter(8, minimum=2, initial=0).limit == 2
 
 
@@ -25,58 +26,92 @@ async def _acquire_all(limiter: AIMDLimiter, n: int) -> list[Permit]:
     return [await limiter.acquire() for _ in range(n)]
 
 
-def test_success_in_a_full_window_grows_the_limit_by_one_per_window() -> None:
-    async def scenario() -> list[float]:
-        limiter = AIMDLimiter(10, initial=4)
-        windows = []
-        for _ in range(2):
-            for permit in await _acquire_all(limiter, limiter.limit):
-                limiter.release(permit)
-                windows.append(limiter.window)
-        return windows
+def test_slow_start_adds_one_per_success_while_requests_wait() -> None:
+    async def scenario() -> tuple[float, int, int]:
+        limiter = AIMDLimiter(100, initial=4)
+        held = await _acquire_all(limiter, 4)
+        waiting = [asyncio.create_task(limiter.acquire()) for _ in range(10)]
+        await asyncio.sleep(0)
+        for permit in held:  # each success frees one place and adds one: two waiters go each time
+            limiter.release(permit)
+        await asyncio.sleep(0)
+        admitted = sum(task.done() for task in waiting)
+        for task in waiting:
+            task.cancel()
+        return limiter.window, admitted, limiter.in_flight
 
-    # 4 + 1/4 = 4.25, + 1/4.25 = 4.485..., ...: the permit that filled the window is the 4th one only
-    windows = asyncio.run(scenario())
-    assert windows[:4] == [4.0, 4.0, 4.0, 4.25]
-    assert windows[4:] == [4.25, 4.25, 4.25, 4.25 + 1 / 4.25]
+    assert asyncio.run(scenario()) == (8.0, 8, 8)
 
 
-def test_success_below_a_full_window_does_not_grow_it() -> None:
-    async def scenario() -> AIMDLimiter:
+def test_a_success_that_no_request_waited_for_does_not_grow_the_limit() -> None:
+    async def scenario() -> float:
         limiter = AIMDLimiter(10, initial=4)
         for _ in range(10):
-            limiter.release(await limiter.acquire())  # one at a time: the window is never full
-        return limiter
+            limiter.release(await limiter.acquire())  # one at a time: the limit holds nothing back
+        return limiter.window
 
-    assert asyncio.run(scenario()).window == 4.0
+    assert asyncio.run(scenario()) == 4.0
+
+
+def test_after_a_cut_a_full_window_grows_by_one_over_the_limit_per_success() -> None:
+    async def scenario() -> list[float]:
+        limiter = AIMDLimiter(100, initial=10, decrease=0.5)
+        held = await _acquire_all(limiter, 10)
+        limiter.release(held[0], overloaded=True)  # 10 -> 5: slow start is over
+        seen = [limiter.window]
+        for permit in held[1:]:  # 9, 8, 7, 6, 5 in flight: at or above the limit of 5; then below it
+            limiter.release(permit)
+            seen.append(limiter.window)
+        return seen
+
+    w = [5.0]
+    for _ in range(5):
+        w.append(w[-1] + 1 / w[-1])
+    assert asyncio.run(scenario()) == w + [w[-1]] * 4
+    assert w[1:3] == [5.2, 5.392307692307692]
 
 
 def test_growth_stops_at_the_maximum() -> None:
     async def scenario() -> AIMDLimiter:
-        limiter = AIMDLimiter(3, initial=2)
-        for _ in range(20):
-            for permit in await _acquire_all(limiter, limiter.limit):
-                limiter.release(permit)
+        limiter = AIMDLimiter(3, initial=1)
+
+        async def one() -> None:
+            permit = await limiter.acquire()
+            await asyncio.sleep(0)
+            limiter.release(permit)
+
+        await asyncio.gather(*(one() for _ in range(50)))
         return limiter
 
     limiter = asyncio.run(scenario())
-    assert (limiter.window, limiter.limit) == (3.0, 3)
+    assert (limiter.window, limiter.limit, limiter.in_flight) == (3.0, 3, 0)
 
 
-def test_overload_cuts_once_per_window() -> None:
+def test_an_overload_cuts_once_then_each_refusal_of_that_window_takes_one_off() -> None:
     async def scenario() -> list[float]:
-        limiter = AIMDLimiter(10)
+        limiter = AIMDLimiter(10, initial=10)
         first = await _acquire_all(limiter, 10)
         seen = []
-        for permit in first[:3]:  # three refusals of the same window: one cut
+        for permit in first[:3]:  # three refusals of one window: a 5% cut, then one off for each other
             limiter.release(permit, overloaded=True)
             seen.append(limiter.window)
-        later = await limiter.acquire()  # sent after the cut: its refusal cuts again
+        later = await limiter.acquire()  # sent after the cut: its refusal is news, a new 5% cut
         limiter.release(later, overloaded=True)
         seen.append(limiter.window)
         return seen
 
-    assert asyncio.run(scenario()) == [9.0, 9.0, 9.0, 8.1]
+    assert asyncio.run(scenario()) == [9.5, 8.5, 7.5, 7.125]
+
+
+def test_a_burst_far_above_capacity_comes_down_in_one_window() -> None:
+    async def scenario() -> int:
+        limiter = AIMDLimiter(64, initial=16)
+        permits = await _acquire_all(limiter, 16)
+        for permit in permits[5:]:  # a backend of capacity 5 refuses the other 11
+            limiter.release(permit, overloaded=True)
+        return limiter.limit
+
+    assert asyncio.run(scenario()) == 5  # 16 * 0.95 - 10 = 5.2
 
 
 def test_cuts_stop_at_the_minimum() -> None:
@@ -114,9 +149,10 @@ def test_waiters_are_served_in_order_as_room_frees() -> None:
 
 def test_a_cut_holds_waiters_back_until_in_flight_drops_under_the_new_limit() -> None:
     async def scenario() -> tuple[int, int, int]:
-        limiter = AIMDLimiter(4, decrease=0.5)
+        limiter = AIMDLimiter(4, initial=4, decrease=0.5)
         held = await _acquire_all(limiter, 4)
         waiting = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
         limiter.release(held[0], overloaded=True)  # limit 2, 3 still in flight: no room
         await asyncio.sleep(0)
         assert not waiting.done()

@@ -210,7 +210,7 @@ def test_raw_nul_byte_on_a_later_line_is_invalid_json_not_a_file_encoding() -> N
             "Line 1 is a JSON null, not an object; each line must be one request object "
             '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.',
         ),
-        ("[" * 100_000 + "]" * 100_000, "Line 1 is not valid JSON: it is nested too deeply."),
+        ("[" * 100_000 + "]" * 100_000, "Line 1 is not valid JSON: it is nested too deeply (more than 128 levels)."),
     ],
 )
 def test_invalid_json_line(line: str, message: str) -> None:

@@ -43,12 +43,10 @@ def _seal(header: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _result_parts(bucket: str, shards: list[dict[str, Any]], errors: bool) -> Iterator[bytes]:
-    for shard in shards:
-        for part in shard["parts"]:
-            if errors:
-                yield from storage.iter_chunks(bucket, part["key"], start=part["output_bytes"], end=part["bytes"])
-            else:
-                yield from storage.iter_chunks(bucket, part["key"], end=part["output_bytes"])
+    # Each part holds its successes, then its failures; several parts are fetched at once.
+    parts = (part for shard in shards for part in shard["parts"])
+    return storage.iter_ranges(bucket, ((p["key"], p["output_bytes"], p["bytes"]) if errors
+                                        else (p["key"], 0, p["output_bytes"]) for p in parts))
 
 
 def _never_ran(batch_id: str, bucket: str, shards: list[dict[str, Any]], final: BatchStatus) -> Iterator[bytes]:

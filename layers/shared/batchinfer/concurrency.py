@@ -6,8 +6,10 @@ batch (and other users). The limiter finds it the way TCP congestion control doe
 - slow start: from a small `initial` limit, every request that completes while the limit holds
   others back adds one (the limit doubles per round trip) until the first overload answer (429, 503);
 - then AIMD (additive increase, multiplicative decrease): such a completion adds `increase / limit`
-  (about `increase` per round trip), an overload answer multiplies the limit by `decrease`, at most
-  once per round trip: answers to requests sent before the last cut say nothing about the new limit.
+  (about `increase` per round trip), and an overload answer multiplies the limit by `decrease`, once
+  per round trip: further refusals of requests sent before that cut each take one off the limit
+  instead (k refusals of one window say the backend holds k fewer), so a limit far above the
+  backend's capacity comes down in one round trip, not in dozens of 5% cuts.
 
 Several workers sharing one backend converge to equal shares, and the backend stays close to full.
 Starting small rather than at the maximum matters for HTTP backends: every request in flight holds a
@@ -96,9 +98,12 @@ class AIMDLimiter:
         self.in_flight -= 1
         if overloaded:
             self.overloads += 1
-            if permit.epoch == self.epoch:  # the first refusal of this window: cut once
+            if permit.epoch == self.epoch:  # the first refusal since the last cut
                 self.epoch += 1
-                self._window = self._threshold = max(float(self.minimum), self._window * self.decrease)
+                window = self._window * self.decrease
+            else:  # one more refusal of the window that was cut
+                window = self._window - 1
+            self._window = self._threshold = max(float(self.minimum), window)
         elif limiting and self._window < self.maximum:
             step = self.increase if self._window < self._threshold else self.increase / self._window
             self._window = min(float(self.maximum), self._window + step)

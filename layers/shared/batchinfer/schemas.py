@@ -30,6 +30,15 @@ def window_hours(window: str) -> int:
     return hours
 
 
+def _is_unicode(text: str) -> bool:
+    """False for a string holding a lone UTF-16 surrogate (`"\\ud800"` in JSON): no storage takes it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     # OpenAI: at most 16 pairs, keys up to 64 and values up to 512 characters.
     if value is None:
@@ -37,6 +46,11 @@ def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     if len(value) > 16:
         raise ValueError("metadata may have at most 16 key-value pairs")
     for key, item in value.items():
+        if not key:  # DynamoDB keeps no empty map key: the batch could not be read back
+            raise ValueError("metadata keys must not be empty")
+        if not _is_unicode(key) or not _is_unicode(item):
+            raise ValueError("metadata keys and values must be Unicode text (no lone surrogates, "
+                             "such as \\ud800)")
         if len(key) > 64:
             raise ValueError(f"metadata key {key[:20]!r}... is longer than 64 characters")
         if len(item) > 512:
@@ -45,6 +59,18 @@ def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
 
 
 Metadata = Annotated[dict[str, str] | None, AfterValidator(_check_metadata)]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_filename(name: str) -> str:
+    """`name` if it can be a file's name: no control characters (a CR/LF or NUL in a name shown in
+    headers and terminals is an attack, never a name). Paths are fine: a name is never a storage key."""
+    if _CONTROL.search(name):
+        raise ValueError("the file name must not contain control characters (U+0000 to U+001F, U+007F)")
+    return name
+
+
+Filename = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(check_filename)]
 
 
 class ErrorBody(BaseModel):
@@ -208,7 +234,7 @@ class CreateUploadRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    filename: str = Field(min_length=1, max_length=255)
+    filename: Filename
     purpose: Literal["batch"]
     bytes: int = Field(ge=1, description="exact size of the file that will be PUT to upload_url")
     mime_type: str = Field("application/jsonl", min_length=1, max_length=255)

@@ -9,8 +9,12 @@ AWS S3, `"cos:<region>"` the configured COS endpoint.
 from __future__ import annotations
 
 import io
+import itertools
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
@@ -48,6 +52,32 @@ def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None
         yield from body.iter_chunks(CHUNK_BYTES)
     finally:
         body.close()
+
+
+def iter_ranges(bucket: str, ranges: Iterable[tuple[str, int, int]], *, ahead: int = 4,
+                where: str | None = None) -> Iterator[bytes]:
+    """The bytes of each `(key, start, end)` range of `bucket`, in order, up to `ahead` GETs at once.
+
+    For many small objects (the result parts of a batch) S3's latency, not its bandwidth, is the
+    limit: fetching the next ranges while the current one is consumed hides it. Each range is read
+    whole, so memory holds about `ahead` ranges. Empty ranges cost no request.
+    """
+    client = s3_client(where)
+
+    def fetch(key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        return client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+
+    todo = iter(ranges)
+    with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="s3-ranges") as pool:
+        pending = deque(pool.submit(fetch, *r) for r in itertools.islice(todo, ahead))
+        while pending:
+            data = pending.popleft().result()
+            if (following := next(todo, None)) is not None:
+                pending.append(pool.submit(fetch, *following))
+            if data:
+                yield data
 
 
 def get_bytes(bucket: str, key: str, *, where: str | None = None) -> bytes:
@@ -110,8 +140,20 @@ def presigned_get(bucket: str, key: str, *, expires_in: int = 900, filename: str
     """A short-lived (`expires_in` seconds) download URL for an object."""
     params: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if filename:
-        params["ResponseContentDisposition"] = f'attachment; filename="{filename}"'
+        params["ResponseContentDisposition"] = content_disposition(filename)
     return s3_client(where).generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in)
+
+
+def content_disposition(filename: str) -> str:
+    """`Content-Disposition: attachment` naming `filename` safely, whatever it holds (RFC 6266).
+
+    `filename="..."` is an ASCII fallback in which quotes, backslashes, slashes, control and
+    non-ASCII characters become `_` (so no name can close the quotes or break the header), and
+    `filename*=UTF-8''...` the exact name, percent-encoded (RFC 8187), which clients prefer.
+    """
+    fallback = "".join(c if " " <= c <= "~" and c not in '"\\/' else "_" for c in filename)
+    exact = quote(filename.encode("utf-8", "replace"), safe="")
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}"
 
 
 def presigned_put(bucket: str, key: str, *, expires_in: int, content_type: str | None = None) -> str:

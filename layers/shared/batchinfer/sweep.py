@@ -35,8 +35,11 @@ def sweep() -> dict[str, int]:
                 queues.send(settings.finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
                 actions["finalize"] += 1
                 continue
-            for shard in store.query_shards(batch_id):
-                if shard["state"] != "pending" or (shard.get("lease_until") or 0) >= at:
+            shards = list(store.query_shards(batch_id))
+            if any((s.get("lease_until") or 0) >= at for s in shards if s["state"] == "pending"):
+                continue  # a worker holds a live lease: slow, not stuck (its shard's commit is still to come)
+            for shard in shards:
+                if shard["state"] != "pending":
                     continue
                 # Its messages keep dying (even before a claim, e.g. into the DLQ): give up on its rest.
                 if store.bump_redrives(batch_id, shard["shard"]) > settings.max_shard_attempts:

@@ -45,7 +45,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from batchinfer.infer.protocol import InferError, parse_infer_request
-from batchinfer.jsonl import PhysicalLine, iter_physical_lines
+from batchinfer.jsonl import MAX_JSON_DEPTH, PhysicalLine, iter_physical_lines, nested_deeper_than
 from batchinfer.schemas import CHAT_ENDPOINT
 
 # --------------------------------------------------------------------------------------------------
@@ -460,6 +460,14 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # digits to "0", the rest to " "
 
 
+def _containers(data: bytes) -> int:
+    """An upper bound of the nesting depth of the JSON text `data`: its count of `[` and `{` bytes."""
+    return data.count(b"[") + data.count(b"{")
+
+
+_TOO_DEEP = f"it is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+
+
 def _has_long_number(data: bytes) -> bool:
     return b"0000000000000000000" in data.translate(_DIGITS_ONLY)
 
@@ -727,7 +735,7 @@ class FileValidator:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             return None
-        if type(obj) is not dict:
+        if type(obj) is not dict or (_containers(data) > MAX_JSON_DEPTH and nested_deeper_than(obj)):
             return None
         get = obj.get
         custom_id, url, body = get("custom_id"), get("url"), get("body")
@@ -753,6 +761,7 @@ class FileValidator:
 
     def _parse(self, line: PhysicalLine) -> dict[str, Any] | None:
         """The line's JSON object, or None after recording why it is not one."""
+        n = line.number
         if not _has_long_number(line.data):
             try:
                 obj = orjson.loads(line.data)
@@ -760,8 +769,7 @@ class FileValidator:
                 pass  # the standard parser below says why, as it always has
             else:
                 if type(obj) is dict:
-                    return obj
-        n = line.number
+                    return obj if self._shallow(obj, line) else None
         try:
             text = line.data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -791,8 +799,10 @@ class FileValidator:
             )
             return None
         except (ValueError, RecursionError) as exc:  # NaN/Infinity, huge integers, deep nesting
-            reason = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            reason = _TOO_DEEP if isinstance(exc, RecursionError) else str(exc)
             self._add(ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {reason}.", line=n)
+            return None
+        if not self._shallow(obj, line):
             return None
         if not isinstance(obj, dict):
             self._add(
@@ -803,6 +813,15 @@ class FileValidator:
             )
             return None
         return obj
+
+    def _shallow(self, obj: Any, line: PhysicalLine) -> bool:
+        """False after recording `invalid_json_line` when `obj` nests deeper than `MAX_JSON_DEPTH`
+        (checks further down recurse over the value, and would hit Python's recursion limit)."""
+        if _containers(line.data) <= MAX_JSON_DEPTH or not nested_deeper_than(obj):
+            return True
+        n = line.number
+        self._add(ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {_TOO_DEEP}.", line=n)
+        return False
 
     def _check_envelope(self, obj: dict[str, Any], n: int) -> str | None:
         """The line's custom_id when the envelope is valid and the id is new, else None (recorded)."""

@@ -7,6 +7,7 @@ without a key; every other route needs `Authorization: Bearer <key>`.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,12 +22,46 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api import accounts, batches, files, uploads
 from batchinfer.api.errors import ApiError
+from batchinfer.jsonl import MAX_JSON_DEPTH, nested_deeper_than
 from batchinfer.observability import logger
 from batchinfer.schemas import ErrorBody, ErrorEnvelope
 
 TITLE, VERSION = "batchinfer", "0.1.0"
 _BEARER = HTTPBearer(description="an API key: `batchinfer keys create`")
 _SECURITY = {"security_schemes": {"bearerAuth": _BEARER}, "security": [{"bearerAuth": []}]}
+
+
+class _NotJson(ValueError):
+    """A body `json.loads` would accept that is not JSON (RFC 8259): NaN, Infinity, -Infinity."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+def load_body(text: str) -> Any:
+    """Parse a JSON request body strictly (Powertools' `json_body_deserializer`).
+
+    Everything that is not plain JSON raises `json.JSONDecodeError`, which request validation turns
+    into a 400 `invalid_json`: NaN and Infinity, integers longer than Python converts (4300 digits),
+    and values nested deeper than `MAX_JSON_DEPTH` levels (which would otherwise exhaust the
+    recursion limit while parsing or validating, a 500).
+    """
+    too_deep = f"the body is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:  # its `msg` alone lacks the place: "Expecting value"
+        raise json.JSONDecodeError(str(error), error.doc, error.pos) from None
+    except RecursionError:
+        raise json.JSONDecodeError(too_deep, text, 0) from None
+    except _NotJson as error:
+        raise json.JSONDecodeError(str(error), text, 0) from None
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise json.JSONDecodeError(f"a number has more than {sys.get_int_max_str_digits()} digits",
+                                   text, 0) from None
+    if nested_deeper_than(value):
+        raise json.JSONDecodeError(too_deep, text, 0)
+    return value
 
 
 class BatchApiResolver(APIGatewayHttpResolver):
@@ -37,7 +72,7 @@ class BatchApiResolver(APIGatewayHttpResolver):
             return super().resolve(event, context)
 
 
-app = BatchApiResolver(enable_validation=True)
+app = BatchApiResolver(enable_validation=True, json_body_deserializer=load_body)
 app.use(middlewares=[accounts.auth_middleware])
 app.include_router(files.router)
 app.include_router(uploads.router)
@@ -82,8 +117,11 @@ def _unauthenticated() -> Response | None:
 def _invalid_request(error: RequestValidationError) -> Response:
     if (denied := _unauthenticated()) is not None:
         return denied
-    # Name the first offending field the way OpenAI does: `param` is its dotted path in the body.
     first = error.errors()[0] if error.errors() else {}
+    if first.get("type") == "json_invalid":  # its `loc` is ("body", <character offset>): no field
+        return _envelope(400, ErrorBody(message=f"request body is not valid JSON: {first['ctx']['error']}",
+                                        code="invalid_json"))
+    # Name the first offending field the way OpenAI does: `param` is its dotted path in the body.
     location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
     param = ".".join(location) or None
     message = first.get("msg", "invalid request")
@@ -122,7 +160,8 @@ def _unexpected(error: Exception) -> Response:
     if not accounts.authenticated() and isinstance(error, ValueError):
         if (denied := _unauthenticated()) is not None:
             return denied
-        return _envelope(400, ErrorBody(message=f"the request could not be read: {type(error).__name__}",
+        reason = "it is not valid UTF-8" if isinstance(error, UnicodeDecodeError) else str(error)[:200]
+        return _envelope(400, ErrorBody(message=f"the request could not be read: {reason}",
                                         code="invalid_request"))
     logger.exception("unhandled error")
     return _envelope(500, ErrorBody(message="internal error", type="server_error", code="internal_error"))

@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from batchinfer import accounts, ids, intake, locations, queues, storage, store
-from batchinfer.api import tokenhub
+from batchinfer.api import links, tokenhub
 from batchinfer.api.accounts import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented
 from batchinfer.observability import logger
@@ -70,7 +70,7 @@ def _batch_id(account_id: str) -> str:
     return ids.idempotent_batch_id(account_id, key)
 
 
-@router.post("/v1/batches", responses=documented(None, 403, 404, 429))
+@router.post("/v1/batches", responses=documented(None, 403, 404, 429, links=links.BATCH))
 def create_batch(request: CreateBatchRequest) -> Batch:
     """Create a batch from an uploaded file (OpenAI) or from s3:// / cos:// paths (TokenHub)."""
     try:
@@ -101,13 +101,13 @@ def create_batch(request: CreateBatchRequest) -> Batch:
     return batch_view(item)
 
 
-@router.get("/v1/batches/<batch_id>", responses=documented(None, 404))
+@router.get("/v1/batches/<batch_id>", responses=documented(None, 404, links=links.BATCH_RESULTS))
 def retrieve_batch(batch_id: BatchId) -> Batch:
     """The batch, with live request_counts while it runs."""
     return batch_view(owned_batch(batch_id))
 
 
-@router.get("/v1/batches", responses=documented(None))
+@router.get("/v1/batches", responses=documented(None, links=links.BATCH_PAGE))
 def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
                  after: After = None) -> BatchList:
     """The caller's batches, newest first."""
@@ -117,7 +117,7 @@ def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page siz
                      has_more=has_more)
 
 
-@router.post("/v1/batches/<batch_id>/cancel", responses=documented(None, 404, 409))
+@router.post("/v1/batches/<batch_id>/cancel", responses=documented(None, 404, 409, links=links.BATCH_RESULTS))
 def cancel_batch(batch_id: BatchId) -> Batch:
     """Cancel a batch that has not ended: `cancelling`, then `cancelled` with the finished results kept."""
     item = owned_batch(batch_id)

@@ -54,10 +54,13 @@ _DESCRIPTIONS = {
 }
 
 
-def documented(success: dict[str, Any] | None = None, *codes: int) -> dict[int, dict[str, Any]]:
+def documented(success: dict[str, Any] | None = None, *codes: int,
+               links: dict[str, dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
     """OpenAPI `responses` of a route: its success response (default: 200 with the return type)
-    plus 400, 401 and `codes`, each an `ErrorEnvelope`."""
+    with `links` (see `batchinfer.api.links`), plus 400, 401 and `codes`, each an `ErrorEnvelope`."""
     responses: dict[int, dict[str, Any]] = {200: success or {"description": "Successful Response"}}
+    if links:
+        responses[200] = {**responses[200], "links": links}
     for code in sorted({400, 401, *codes}):
         responses[code] = {"description": _DESCRIPTIONS[code],
                            "content": {"application/json": {"model": ErrorEnvelope}}}

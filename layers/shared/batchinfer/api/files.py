@@ -13,9 +13,10 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path, Query, UploadFile
 
 from batchinfer import ids, storage, store
+from batchinfer.api import links
 from batchinfer.api.accounts import current_account
-from batchinfer.api.errors import NotFound, documented
-from batchinfer.schemas import FileDeleted, FileList, FileObject
+from batchinfer.api.errors import ApiError, NotFound, documented
+from batchinfer.schemas import FileDeleted, FileList, FileObject, check_filename
 from batchinfer.settings import get_settings
 
 router = Router()
@@ -48,19 +49,23 @@ def new_file_record(*, file_id: str, size: int, filename: str, purpose: str,
             "bucket": settings.bucket_name, "key": f"files/{file_id}"}
 
 
-@router.post("/v1/files", responses=documented(None))
+@router.post("/v1/files", responses=documented(None, links=links.FILE))
 def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")],
                 purpose: Annotated[Literal["batch"], Form(description="what the file is for: 'batch'")],
                 ) -> FileObject:
     """Upload a JSONL batch input (up to the 6 MB a request can carry; larger files: /v1/uploads)."""
+    try:
+        filename = check_filename((file.filename or "upload.jsonl")[:255])
+    except ValueError as error:
+        raise ApiError(f"file: {error}", code="invalid_filename", param="file") from None
     item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
-                           filename=(file.filename or "upload.jsonl")[:255], account_id=current_account())
+                           filename=filename, account_id=current_account())
     storage.put_bytes(item["bucket"], item["key"], file.content)
     store.put_file(item)
     return file_object(item)
 
 
-@router.get("/v1/files", responses=documented(None))
+@router.get("/v1/files", responses=documented(None, links=links.FILE_PAGE))
 def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
                after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
                order: Annotated[Literal["asc", "desc"], Query()] = "desc",
@@ -73,7 +78,7 @@ def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
                     has_more=has_more)
 
 
-@router.get("/v1/files/<file_id>", responses=documented(None, 404))
+@router.get("/v1/files/<file_id>", responses=documented(None, 404, links=links.FILE))
 def retrieve_file(file_id: FileId) -> FileObject:
     """A file's metadata."""
     return file_object(owned_file(file_id))

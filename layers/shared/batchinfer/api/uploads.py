@@ -21,6 +21,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from batchinfer import ids, storage, store
+from batchinfer.api import links
 from batchinfer.api.accounts import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, documented
 from batchinfer.api.files import MAX_ID_LENGTH, file_object, new_file_record
@@ -52,7 +53,7 @@ def owned_upload(upload_id: str) -> dict[str, Any]:
     return item
 
 
-@router.post("/v1/uploads", responses=documented(None))
+@router.post("/v1/uploads", responses=documented(None, links=links.UPLOAD))
 def create_upload(request: CreateUploadRequest) -> Upload:
     """Announce a large file; PUT its bytes to the returned upload_url, then complete."""
     settings = get_settings()
@@ -70,7 +71,8 @@ def create_upload(request: CreateUploadRequest) -> Upload:
     return upload_view(item)
 
 
-@router.post("/v1/uploads/<upload_id>/complete", responses=documented(None, 404, 409))
+@router.post("/v1/uploads/<upload_id>/complete",
+             responses=documented(None, 404, 409, links=links.COMPLETED_UPLOAD))
 def complete_upload(upload_id: UploadId,
                     request: Annotated[CompleteUploadRequest | None, Body()] = None) -> Upload:
     """Turn the uploaded bytes into a File (checks that exactly `bytes` bytes arrived)."""

@@ -18,6 +18,7 @@ Every failure is `{"error": "<message>"}`: 400 for a bad request, 404 for an unk
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from typing import Any
 
@@ -43,6 +44,15 @@ def _json(status: int, body: dict[str, Any]) -> Response:
 
 def _backend(model: str) -> Any:
     return token_backend(load_registry(get_settings().model_registry), model)
+
+
+def _raw_body() -> str | bytes:
+    """The request body as sent: API Gateway base64-encodes bodies that are not UTF-8 text, whose
+    decoding `load_json` reports as a 400 (Powertools' `decoded_body` would raise it instead)."""
+    event = app.current_event
+    if event.is_base64_encoded:
+        return base64.b64decode(event.body or "")
+    return event.body or ""
 
 
 def _time_left_s() -> float | None:
@@ -91,7 +101,7 @@ def model_ready(model: str) -> Response:
 @app.post("/v2/models/<model>/infer")
 def model_infer(model: str) -> Response:
     backend = _backend(model)
-    body = load_json(app.current_event.decoded_body or "")
+    body = load_json(_raw_body())
     return _json(200, asyncio.run(infer(backend, body, time_limit_s=_time_left_s())))
 
 

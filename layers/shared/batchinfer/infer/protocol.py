@@ -26,11 +26,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from batchinfer.jsonl import MAX_JSON_DEPTH, nested_deeper_than
 
 __all__ = [
     "DATATYPE",
@@ -311,11 +314,21 @@ class _NonFinite:
 
 def load_json(raw: str | bytes) -> Any:
     """Parse a request body. NaN and Infinity literals (not JSON, RFC 8259 §6) parse into markers that
-    `parse_infer_request` rejects with the field named. Raises `InferError(400)` for invalid JSON."""
+    `parse_infer_request` rejects with the field named. Raises `InferError(400)` for invalid JSON,
+    bytes that are not UTF-8 and values nested deeper than `MAX_JSON_DEPTH` levels."""
+    too_deep = f"the request body is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
     try:
-        return json.loads(raw, parse_constant=_NonFinite)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = json.loads(raw, parse_constant=_NonFinite)
+    except RecursionError:
+        raise InferError(400, too_deep) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InferError(400, f"the request body is not valid JSON: {exc}") from None
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise InferError(400, "the request body is not valid JSON: a number has more than "
+                              f"{sys.get_int_max_str_digits()} digits") from None
+    if nested_deeper_than(value):
+        raise InferError(400, too_deep)
+    return value
 
 
 def _path(loc: tuple[int | str, ...] | list[int | str]) -> str:

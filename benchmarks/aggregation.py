@@ -1,0 +1,56 @@
+"""Aggregation: MB/s of merging a batch's shard results into output.jsonl / error.jsonl, against a raw
+S3 copy of the same bytes through the same client (one streamed GET into the same multipart upload)
+on the same moto server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.common import Stopwatch
+
+
+def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
+    """Both timings on a batch of `requests` results (best of `rounds`; the aggregator is idempotent)."""
+    from batchinfer import aws, storage, store
+    from batchinfer.aggregate import finalize_batch
+    from batchinfer.settings import get_settings
+    from benchmarks.aws_env import moto_environment
+    from benchmarks.pipeline import instant_model, run_shards
+
+    with moto_environment(), instant_model():
+        batch_id = run_shards(requests)
+        bucket = get_settings().bucket_name
+        header = store.get_batch(batch_id)
+        assert header is not None
+        shards = len(list(store.query_shards(batch_id)))
+        best_ours = best_raw = float("inf")
+        for round_ in range(rounds):
+            if round_:  # run the aggregation again: back to "all shards done, not sealed"
+                _reopen(batch_id)
+            with Stopwatch() as ours:
+                assert finalize_batch(batch_id) == "completed"
+            best_ours = min(best_ours, ours.seconds)
+            total = sum(storage.size(bucket, f"batches/{batch_id}/{kind}.jsonl") or 0 for kind in ("output", "error"))
+            s3 = aws.client("s3")
+            with Stopwatch() as raw:
+                body = s3.get_object(Bucket=bucket, Key=f"batches/{batch_id}/output.jsonl")["Body"]
+                s3.upload_fileobj(body, bucket, f"bench/copy-{round_}.jsonl", Config=storage._TRANSFER)
+            best_raw = min(best_raw, raw.seconds)
+    mib = total / 2**20
+    return {"requests": requests, "shards": shards, "mib": mib, "ours": mib / best_ours, "raw": mib / best_raw}
+
+
+def _reopen(batch_id: str) -> None:
+    # The header as the last shard commit left it: in progress, every shard done, not sealed.
+    from batchinfer import aws
+    from batchinfer.settings import get_settings
+    from batchinfer.store import batch_pk
+
+    aws.client("dynamodb").update_item(
+        TableName=get_settings().table_name, Key={"PK": {"S": batch_pk(batch_id)}, "SK": {"S": "META"}},
+        UpdateExpression="SET #s = :p REMOVE sealed, final_status",
+        ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":p": {"S": "in_progress"}})
+
+
+if __name__ == "__main__":
+    print(measure())

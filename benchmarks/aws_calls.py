@@ -1,0 +1,118 @@
+"""AWS calls per 1,000 requests, by service and operation, and what they cost per million requests.
+
+A batch runs end to end on the local stack (every function's handler, wired by template.yaml, with
+the template's default shard size) against the simulated backend; `batchinfer.aws.on_call` counts
+every call the functions make. The SQS event source mappings' own receives and deletes are made by
+the Lambda service, not by batchinfer: they are estimated (one receive and one delete per message).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks.saturation import SimBackend, request_line
+
+# Public on-demand prices, us-east-1, x86 (aws.amazon.com/lambda|sqs|dynamodb|s3/pricing, checked
+# 2025): Lambda $0.0000166667 per GB-s and $0.20 per million invocations; SQS standard $0.40 per
+# million requests; DynamoDB on-demand $0.625 per million write and $0.125 per million read request
+# units; S3 Standard $0.005 per 1,000 PUT/COPY/POST/LIST and $0.0004 per 1,000 GET/HEAD requests.
+PRICES = {"lambda_gb_s": 0.0000166667, "lambda_invocation": 0.20e-6, "sqs": 0.40e-6, "ddb_write": 0.625e-6,
+          "ddb_read": 0.125e-6, "s3_write": 0.005e-3, "s3_read": 0.0004e-3}
+# Request units per call (items are under 1 KB, reads strongly consistent): a transaction costs
+# twice per item, and the commit transaction writes the shard and the header; a query reads 4 KB pages.
+DDB_UNITS = {"GetItem": ("read", 1), "Query": ("read", 1), "PutItem": ("write", 1), "UpdateItem": ("write", 1),
+             "DeleteItem": ("write", 1), "TransactWriteItems": ("write", 4), "BatchWriteItem": ("write", 25),
+             "TransactGetItems": ("read", 4)}
+S3_READS = {"GetObject", "HeadObject"}
+
+
+def measure(n: int = 5000) -> dict[str, Any]:
+    """Run an `n`-request batch through the local stack; the calls it made, by (service, operation)."""
+    from batchinfer import aws
+    from batchinfer_local import LocalStack
+    from benchmarks.common import quiet_functions
+
+    quiet_functions()
+    from batchinfer_local.client import BatchClient
+
+    counts: Counter[tuple[str, str]] = Counter()
+    lock = threading.Lock()
+
+    def count(service: str, operation: str) -> None:
+        with lock:
+            counts[(service, operation)] += 1
+
+    saved = os.environ.get("MODEL_REGISTRY")
+    with SimBackend(latency=0.01, capacity=512) as sim, tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "batch.jsonl"
+        path.write_bytes(b"".join(__import__("json").dumps(request_line(i)).encode() + b"\n" for i in range(n)))
+        os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))
+        remove = aws.on_call(count)
+        try:
+            with LocalStack(port=0) as stack:
+                client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key)
+                batch = client.create(client.upload(path)["id"])
+                stack.wait_idle(timeout=900)
+                batch = client.retrieve(batch["id"])
+                assert batch["status"] == "completed" and batch["request_counts"]["completed"] == n, batch
+                output = client.content(batch["output_file_id"])
+                assert output.count(b"\n") == n
+                shards = -(-n // int(os.environ["SHARD_SIZE"]))
+        finally:
+            remove()
+            if saved is None:
+                os.environ.pop("MODEL_REGISTRY", None)
+            else:
+                os.environ["MODEL_REGISTRY"] = saved
+    return {"requests": n, "shards": shards, "counts": dict(counts),
+            # prepare, shard and finalize messages, each received and deleted by an event source mapping
+            "esm_calls": 2 * (1 + shards + 1)}
+
+
+def cost_per_million(result: dict[str, Any], worker_cpu_ms: float) -> list[tuple[str, float, str]]:
+    """(item, dollars per million requests, basis) rows, from the counted calls and measured CPU."""
+    scale = 1_000_000 / result["requests"]
+    s3_read = s3_write = sqs = ddb_read = ddb_write = 0.0
+    for (service, operation), calls in result["counts"].items():
+        if service == "s3":
+            if operation in S3_READS:
+                s3_read += calls
+            else:
+                s3_write += calls
+        elif service == "sqs":
+            sqs += calls
+        elif service == "dynamodb":
+            kind, units = DDB_UNITS.get(operation, ("write", 1))
+            if kind == "read":
+                ddb_read += calls * units
+            else:
+                ddb_write += calls * units
+    sqs += result["esm_calls"]
+    invocations = result["esm_calls"] / 2 + 4  # one per message, plus the API calls (upload, create, get x2)
+    # Worker CPU at 3,008 MB (about 1.7 vCPU, so CPU time is at least wall time / 1.7): the time the
+    # functions compute, excluding the time the worker waits on the model.
+    gb_s = worker_cpu_ms / 1000 * 3008 / 1024 * result["requests"]
+    return [
+        ("S3 requests", (s3_read * PRICES["s3_read"] + s3_write * PRICES["s3_write"]) * scale,
+         f"{s3_write * scale / 1e3:,.0f}k PUT/POST/LIST, {s3_read * scale / 1e3:,.0f}k GET/HEAD"),
+        ("DynamoDB on-demand", (ddb_read * PRICES["ddb_read"] + ddb_write * PRICES["ddb_write"]) * scale,
+         f"{ddb_write * scale / 1e3:,.0f}k WRU, {ddb_read * scale / 1e3:,.0f}k RRU"),
+        ("SQS", sqs * PRICES["sqs"] * scale, f"{sqs * scale / 1e3:,.0f}k requests (event source receives "
+                                             "and deletes estimated)"),
+        ("Lambda invocations", invocations * PRICES["lambda_invocation"] * scale,
+         f"{invocations * scale / 1e3:,.1f}k invocations"),
+        ("Lambda compute (worker CPU)", gb_s * PRICES["lambda_gb_s"] * scale,
+         f"{worker_cpu_ms:.2f} ms CPU per request at 3,008 MB"),
+    ]
+
+
+if __name__ == "__main__":
+    result = measure(int(os.environ.get("N", "2000")))
+    for (service, operation), calls in sorted(result["counts"].items()):
+        print(f"{service:10s} {operation:28s} {calls * 1000 / result['requests']:7.2f} per 1,000")
+    print("total", sum(result["counts"].values()) * 1000 / result["requests"])

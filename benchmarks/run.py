@@ -1,0 +1,159 @@
+"""`make bench`: batchinfer against the limits it runs into, each measured side by side in one run.
+
+Prints one table of ratios (the machine is noisy: only figures measured together are compared),
+then the AWS calls per 1,000 requests by operation and the cost per million requests. Sections:
+
+1. backend saturation: the shard worker vs C/L of a simulated backend, and a plain asyncio client;
+2. embedded model: a batch through the local stack vs the same prompts straight through llama.cpp;
+3. prepare: validation + sharding vs raw `json.loads`; peak RSS at 10k, 100k and 1M lines;
+4. aggregation: merging shard results vs a raw S3 copy of the same bytes;
+5. AWS calls per 1,000 requests, and cost per million requests.
+
+    .venv/bin/python benchmarks/run.py                 # everything (about 10 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py --only prepare,aggregation
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/run.py` from the repo
+
+from benchmarks.common import HEADER, Row, markdown_table  # noqa: E402
+
+SECTIONS = ("saturation", "embedded", "prepare", "aggregation", "aws")
+
+
+def _say(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
+    from benchmarks import saturation as bench
+
+    result = bench.measure(n=2000, latency=1.0, capacity=32)
+    limit, worker, plain = result["limit"], result["worker"], result["plain"]
+    rows.append(Row(f"backend saturation: shard worker, {result['n']:,} requests, C={result['capacity']}, "
+                    f"L={result['latency']:g} s, ceiling {result['ceiling']}",
+                    f"{worker.rate():.1f} req/s", f"C/L = {limit:.0f} req/s", worker.rate() / limit, ">= 0.95",
+                    worker.rate() / limit >= 0.95))
+    rows.append(Row("backend saturation: plain asyncio + httpx, C in flight", f"{plain.rate():.1f} req/s",
+                    f"C/L = {limit:.0f} req/s", plain.rate() / limit, "", None))
+    rows.append(Row("backend saturation: shard worker vs plain client", f"{worker.rate():.1f} req/s",
+                    f"{plain.rate():.1f} req/s", worker.rate() / plain.rate(), ">= 1.0 (not below)",
+                    worker.rate() >= plain.rate()))
+    notes.append(f"saturation: worker {worker.ok} ok / {worker.failed} failed, {worker.refused} answers 429 "
+                 f"(found C by itself), peak {worker.peak} in flight at the backend; plain client "
+                 f"{plain.ok} ok / {plain.failed} failed; worker CPU {result['worker_cpu_ms_per_request']:.2f} "
+                 "ms per request")
+    return result
+
+
+def embedded(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import embedded as bench
+
+    result = bench.measure(50)
+    ratio = result["stack"] / result["direct"]
+    rows.append(Row(f"embedded model: {result['n']} requests end to end through the local stack (tokens/s)",
+                    f"{result['stack']:.1f} tok/s", f"{result['direct']:.1f} tok/s (llama.cpp loop)", ratio,
+                    ">= 0.95", ratio >= 0.95))
+    notes.append(f"embedded: {result['stack_tokens']} tokens in {result['stack_seconds']:.1f} s through the stack; "
+                 f"direct loop runs {', '.join(f'{r:.1f}' for r in result['direct_runs'])} tok/s "
+                 f"({result['direct_tokens']} tokens, same greedy outputs)")
+
+
+def prepare(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import prepare_bench as bench
+
+    speed = bench.throughput(n=100_000)
+    ratio = speed["ours"] / speed["raw"]
+    rows.append(Row(f"prepare: validation + sharding ({speed['line_bytes']}-byte lines)",
+                    f"{speed['ours']:,.0f} lines/s", f"{speed['raw']:,.0f} lines/s (json.loads)", ratio, ">= 0.5",
+                    ratio >= 0.5))
+    peaks = bench.peak_rss()
+    base = peaks[10_000]["peak_mib"]
+    for n, peak in peaks.items():
+        growth = peak["peak_mib"] / base
+        rows.append(Row(f"prepare: peak RSS, {n:,} lines ({peak['file_mib']:.0f} MiB file)",
+                        f"{peak['peak_mib']:.1f} MiB", f"{base:.1f} MiB (10k lines)", growth,
+                        "<= 1.10" if n > 10_000 else "", growth <= 1.10 if n > 10_000 else None))
+    notes.append("prepare RSS: " + ", ".join(f"{n:,} lines in {p['seconds']:.1f} s (imports {p['imports_mib']:.0f} MiB)"
+                                              for n, p in peaks.items()))
+
+
+def aggregation(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import aggregation as bench
+
+    result = bench.measure()
+    ratio = result["ours"] / result["raw"]
+    rows.append(Row(f"aggregation: {result['requests']:,} results in {result['shards']} shards "
+                    f"({result['mib']:.0f} MiB)", f"{result['ours']:.1f} MiB/s",
+                    f"{result['raw']:.1f} MiB/s (S3 copy)", ratio, "", None))
+
+
+def aws_calls(rows: list[Row], notes: list[str], worker_cpu_ms: float | None) -> str:
+    from benchmarks import aws_calls as bench
+
+    result = bench.measure(5000)
+    per_thousand = {key: calls * 1000 / result["requests"] for key, calls in result["counts"].items()}
+    total = sum(per_thousand.values())
+    rows.append(Row(f"AWS calls per 1,000 requests ({result['requests']:,}-request batch, {result['shards']} shards)",
+                    f"{total:.1f}", "", None, "<= 40", total <= 40))
+    calls = markdown_table(["service", "operation", "calls per 1,000 requests"],
+                           [[s, o, f"{c:.2f}"] for (s, o), c in sorted(per_thousand.items(), key=lambda kv: -kv[1])])
+    cost_rows = bench.cost_per_million(result, worker_cpu_ms if worker_cpu_ms is not None else 2.0)
+    cost = markdown_table(["item", "$ per million requests", "basis"],
+                          [[item, f"{dollars:.2f}", basis] for item, dollars, basis in cost_rows]
+                          + [["**total, excluding the model**", f"**{sum(d for _, d, _ in cost_rows):.2f}**", ""]])
+    return f"{calls}\n\n{cost}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
+    args = parser.parse_args()
+    chosen = [s for s in args.only.split(",") if s]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    rows: list[Row] = []
+    notes: list[str] = []
+    extra = ""
+    cpu_ms = None
+    started = time.monotonic()
+    for section in SECTIONS:
+        if section not in chosen:
+            continue
+        _say(f"{section} ...")
+        if section == "saturation":
+            cpu_ms = saturation(rows, notes)["worker_cpu_ms_per_request"]
+        elif section == "embedded":
+            embedded(rows, notes)
+        elif section == "prepare":
+            prepare(rows, notes)
+        elif section == "aggregation":
+            aggregation(rows, notes)
+        else:
+            extra = aws_calls(rows, notes, cpu_ms)
+    print(markdown_table(HEADER, [row.cells() for row in rows]))
+    if extra:
+        print()
+        print(extra)
+    print()
+    for note in notes:
+        print(f"- {note}")
+    print(f"\n{len(chosen)} sections in {time.monotonic() - started:.0f} s on {os.cpu_count()} CPUs")
+    if any(row.met is False for row in rows):
+        print("some targets were not met", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
