@@ -28,14 +28,29 @@ from schemathesis.specs.openapi.checks import (
 
 from batchinfer.schemas import window_hours
 from batchinfer_local import LocalStack
-from support.api_stack import (SCRIPTED, HoldableUpstream, api_client, chat_line, jsonl, new_account,
-                               stack_with_upstream, wait_for)
+from support.api_stack import (
+    SCRIPTED,
+    HoldableUpstream,
+    api_client,
+    chat_line,
+    jsonl,
+    new_account,
+    stack_with_upstream,
+    wait_for,
+)
 from support.invariant import assert_batch_invariant
 
 pytestmark = pytest.mark.timeout(300)
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance, ensure_resource_availability, use_after_free]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    ensure_resource_availability,
+    use_after_free,
+]
 # The links each 200 response declares: (operation, link name) -> target operation.
 LINKS = {
     ("POST /v1/files", "RetrieveFile"): "GET /v1/files/{file_id}",
@@ -97,25 +112,38 @@ def _whole_hours(window: object) -> bool:
 
 
 def _operations(document: dict[str, Any]) -> dict[str, str]:
-    return {op["operationId"]: f"{method.upper()} {path}"
-            for path, item in document["paths"].items() for method, op in item.items()}
+    return {
+        op["operationId"]: f"{method.upper()} {path}"
+        for path, item in document["paths"].items()
+        for method, op in item.items()
+    }
 
 
 def test_the_document_links_each_created_id_to_the_operations_that_take_it(stack: LocalStack) -> None:
     document = httpx.get(f"{stack.base_url}/v1/openapi.json").json()
     by_id = _operations(document)
-    found = {(f"{method.upper()} {path}", name): by_id[link["operationId"]]
-             for path, item in document["paths"].items() for method, op in item.items()
-             for name, link in op["responses"]["200"].get("links", {}).items()}
+    found = {
+        (f"{method.upper()} {path}", name): by_id[link["operationId"]]
+        for path, item in document["paths"].items()
+        for method, op in item.items()
+        for name, link in op["responses"]["200"].get("links", {}).items()
+    }
     assert found == LINKS
     create = document["paths"]["/v1/files"]["post"]["responses"]["200"]["links"]["CreateBatch"]
-    assert create == {"operationId": "create_batch_v1_batches_post", "description": "a batch of the file's requests",
-                      "requestBody": {"input_file_id": "$response.body#/id", "endpoint": "/v1/chat/completions",
-                                      "completion_window": "24h"}}
+    assert create == {
+        "operationId": "create_batch_v1_batches_post",
+        "description": "a batch of the file's requests",
+        "requestBody": {
+            "input_file_id": "$response.body#/id",
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    }
 
 
-def test_generated_call_sequences_never_fail_a_check(upstream_stack: tuple[LocalStack, HoldableUpstream],
-                                                     api_key: str) -> None:
+def test_generated_call_sequences_never_fail_a_check(
+    upstream_stack: tuple[LocalStack, HoldableUpstream], api_key: str
+) -> None:
     stack, upstream = upstream_stack
     schema = schemathesis.openapi.from_url(f"{stack.base_url}/v1/openapi.json")
     schema.config.generation.update(with_security_parameters=False)
@@ -133,8 +161,11 @@ def test_generated_call_sequences_never_fail_a_check(upstream_stack: tuple[Local
                 body["file"] = HELD
             # A create that follows a link is an OpenAI-dialect create of the linked file, with generated
             # metadata and name (test_tokenhub.py covers the TokenHub fields and their cross-field rules).
-            if (case.operation.label == "POST /v1/batches" and isinstance(body, dict)
-                    and str(body.get("input_file_id")).startswith("file-")):
+            if (
+                case.operation.label == "POST /v1/batches"
+                and isinstance(body, dict)
+                and str(body.get("input_file_id")).startswith("file-")
+            ):
                 for name in ("input_source", "output_target", "output_user_s3_path", "output_user_cos_path"):
                     body.pop(name, None)
                 if not _whole_hours(body.get("completion_window")):
@@ -151,20 +182,38 @@ def test_generated_call_sequences_never_fail_a_check(upstream_stack: tuple[Local
             if case.operation.label == "DELETE /v1/files/{file_id}" and response.status_code == 200:
                 deleted.add(case.path_parameters["file_id"])
 
-        def validate_response(self, response: Any, case: Any, additional_checks: Any = None,
-                              **kwargs: Any) -> None:
-            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs or None, recorder=self.recorder)
+        def validate_response(
+            self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any
+        ) -> None:
+            case.validate_response(
+                response, checks=CHECKS, transport_kwargs=kwargs or None, recorder=self.recorder
+            )
 
-    Workflow.run(settings=settings(max_examples=40, stateful_step_count=8, derandomize=True, deadline=None,
-                                   database=None, suppress_health_check=list(HealthCheck)))
+    Workflow.run(
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=8,
+            derandomize=True,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
     upstream.release()
 
     assert all(status < 500 for _, status in calls), [call for call in calls if call[1] >= 500]
     succeeded = {label for label, status in calls if status == 200}
     # The run went through the whole flow, not only the operations without inputs.
-    assert {"POST /v1/files", "POST /v1/batches", "GET /v1/batches/{batch_id}", "GET /v1/batches",
-            "POST /v1/batches/{batch_id}/cancel", "GET /v1/files/{file_id}/content",
-            "DELETE /v1/files/{file_id}", "POST /v1/uploads"} <= succeeded
+    assert {
+        "POST /v1/files",
+        "POST /v1/batches",
+        "GET /v1/batches/{batch_id}",
+        "GET /v1/batches",
+        "POST /v1/batches/{batch_id}/cancel",
+        "GET /v1/files/{file_id}/content",
+        "DELETE /v1/files/{file_id}",
+        "POST /v1/uploads",
+    } <= succeeded
     # Once the upstream answers, every batch the run created ends, and every one that ran has each of
     # its input lines exactly once in its results.
     with api_client(stack, api_key) as http:

@@ -72,8 +72,12 @@ def capture() -> Iterator[Capture]:
         handler.setStream(stream)
 
 
-def test_keys_are_never_logged(capture: Capture, tmp_path_factory: pytest.TempPathFactory,
-                               monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+def test_keys_are_never_logged(
+    capture: Capture,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("BATCHINFER_DEV_API_KEY", DEV_KEY)
     monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
     with stack_with_upstream(tmp_path_factory.mktemp("secrets")) as (stack, _):
@@ -85,20 +89,37 @@ def test_keys_are_never_logged(capture: Capture, tmp_path_factory: pytest.TempPa
             data = jsonl(chat_line("a", "hello", model=SCRIPTED), chat_line("b", "FAIL", model=SCRIPTED))
             batch = wait_for(http, create(http, upload(http, data)).json()["id"], timeout=60)
             assert (batch["status"], batch["request_counts"]) == (
-                "completed", {"total": 2, "completed": 1, "failed": 1})
+                "completed",
+                {"total": 2, "completed": 1, "failed": 1},
+            )
             assert [line["custom_id"] for line in result_lines(http, batch["output_file_id"])] == ["a"]
             assert http.get("/batches").status_code == 200
-            assert http.post("/batches", content="[" * 10_000, headers={"Content-Type": "application/json"}
-                             ).status_code == 400
-        for authorization, status in [(f"Bearer {WRONG_KEY}", 401), (WRONG_KEY, 401), (key, 401),
-                                      (f"Basic {DEV_KEY}", 401), (f"Bearer {DEV_KEY}", 200)]:
+            assert (
+                http.post(
+                    "/batches", content="[" * 10_000, headers={"Content-Type": "application/json"}
+                ).status_code
+                == 400
+            )
+        for authorization, status in [
+            (f"Bearer {WRONG_KEY}", 401),
+            (WRONG_KEY, 401),
+            (key, 401),
+            (f"Basic {DEV_KEY}", 401),
+            (f"Bearer {DEV_KEY}", 200),
+        ]:
             response = httpx.get(f"{stack.base_url}/v1/batches", headers={"Authorization": authorization})
             assert response.status_code == status
-        response = httpx.post(f"{stack.base_url}/v1/batches", content="{", headers={
-            "Authorization": f"Bearer {WRONG_KEY}", "Content-Type": "application/json"})
+        response = httpx.post(
+            f"{stack.base_url}/v1/batches",
+            content="{",
+            headers={"Authorization": f"Bearer {WRONG_KEY}", "Content-Type": "application/json"},
+        )
         assert response.status_code == 401
-        infer = httpx.post(f"{stack.base_url}/v2/models/{MODEL}/infer", content="{",
-                           headers={"Authorization": f"Bearer {key}"})
+        infer = httpx.post(
+            f"{stack.base_url}/v2/models/{MODEL}/infer",
+            content="{",
+            headers={"Authorization": f"Bearer {key}"},
+        )
         assert infer.status_code == 400
         stack.wait_idle()
     out, err = capfd.readouterr()

@@ -131,3 +131,24 @@ def test_concurrency_adapts_to_the_backends_capacity() -> None:
     assert backend.peak == 5
     assert backend.refused > 0
     assert 4 <= worker.limiter_for(backend, 20).limit <= 6
+
+
+def test_an_overloaded_backend_is_not_retried_once_time_runs_short() -> None:
+    # Given a backend that refuses, and a clock that runs out during the first call
+    clock = {"left_ms": 10**9}
+
+    class Refusing(ScriptedBackend):
+        async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+            self.calls.append(body["messages"][0]["content"])
+            clock["left_ms"] = 500
+            raise BackendError(429, "overloaded", retryable=True)
+
+    backend = Refusing()
+
+    # When one request runs with a 1 s reserve
+    outcomes = asyncio.run(run_requests(backend, _requests(1), "batch_x", concurrency=4,
+                                        time_left_ms=lambda: clock["left_ms"], reserve_ms=1_000))
+
+    # Then it was tried once and recorded as refused
+    assert backend.calls == ["p0"]
+    assert [o.status_code for o in outcomes] == [429]

@@ -32,8 +32,9 @@ from batchinfer.status import BatchStatus
 MAX_ATTEMPTS = 4
 BACKOFF_BASE_S, BACKOFF_CAP_S = 0.5, 20.0
 # An overloaded backend (429, 503) is normal under a batch: the limiter cuts the requests in flight,
-# so the refused request retries soon and more often than after other errors (a batch is patient).
-MAX_OVERLOADED_ATTEMPTS = 8
+# so the refused request retries soon, and more often than after other errors (a batch is patient;
+# near the time limit it stops retrying, see `_Limited`).
+MAX_OVERLOADED_ATTEMPTS = 20
 OVERLOADED_BACKOFF_BASE_S = 0.05
 OVERLOADED = frozenset({429, 503})
 # One loop per process: backends may keep connection pools bound to it across invocations.
@@ -125,10 +126,13 @@ async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, 
 
 
 class _Limited:
-    """`backend` with each call holding a permit of `limiter`; a retry waits outside the window."""
+    """`backend` with each call holding a permit of `limiter`; a retry waits outside the window.
 
-    def __init__(self, backend: ChatBackend, limiter: AIMDLimiter) -> None:
-        self.backend, self.limiter = backend, limiter
+    An overload answer is not retried any more once `out_of_time()`: the shard must commit.
+    """
+
+    def __init__(self, backend: ChatBackend, limiter: AIMDLimiter, out_of_time: Callable[[], bool]) -> None:
+        self.backend, self.limiter, self.out_of_time = backend, limiter, out_of_time
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         permit = await self.limiter.acquire()
@@ -137,6 +141,8 @@ class _Limited:
             return await self.backend.chat_completion(body)
         except BackendError as error:
             overloaded = error.status_code in OVERLOADED
+            if overloaded and error.retryable and self.out_of_time():
+                error.retryable = False
             raise
         finally:
             self.limiter.release(permit, overloaded=overloaded)
@@ -169,7 +175,7 @@ async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: 
     without being flooded. Stops launching when `time_left_ms()` drops under `reserve_ms`; every
     launched request finishes, so the outcomes are those of a prefix of `requests`, in input order.
     """
-    limited = _Limited(backend, limiter_for(backend, concurrency))
+    limited = _Limited(backend, limiter_for(backend, concurrency), lambda: time_left_ms() < reserve_ms)
     launched = asyncio.Semaphore(concurrency)  # requests launched and not answered yet, retries included
     outcomes: list[Outcome | None] = [None] * len(requests)
 
