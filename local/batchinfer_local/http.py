@@ -309,6 +309,7 @@ class HttpApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as HTTP clients expect
+            disable_nagle_algorithm = True  # small responses would otherwise wait ~40 ms for a delayed ACK
 
             def _handle(self) -> None:
                 try:
