@@ -228,3 +228,23 @@ def test_cancel_while_validating_ends_with_nothing_run(moto_aws: Aws, monkeypatc
     assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 0, "completed": 0, "failed": 0})
     assert (header["output_file_id"], header["error_file_id"]) == (None, None)
     assert moto_aws.messages("ShardsQueue") == []
+
+
+def test_a_backend_that_fails_every_request_still_ends_the_batch(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Any) -> None:
+    # Given a model served by an OpenAI-compatible server that is down (nothing listens on the port)
+    registry = tmp_path / "models.yaml"
+    registry.write_text("models:\n  smollm2-135m-instruct:\n    backend: openai\n"
+                        "    base_url: http://127.0.0.1:9/v1\n    model: m\n    api_key: unused\n    timeout: 2\n")
+    monkeypatch.setenv("MODEL_REGISTRY", str(registry))
+    monkeypatch.setattr("batchinfer.worker.BACKOFF_BASE_S", 0.01)
+    batch_id = create(moto_aws, LINES, shard_size=5, monkeypatch=monkeypatch)
+    # When it runs: every request is retried, then recorded with the backend's status and message
+    header = run_to_end(moto_aws, prepare(moto_aws))
+    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 0, "failed": 5})
+    assert header["output_file_id"] is None
+    errors = read(moto_aws, header["error_file_id"])
+    assert [line["custom_id"] for line in errors] == [f"req-{i}" for i in range(1, 6)]
+    assert {line["response"]["status_code"] for line in errors} == {502}
+    assert {line["response"]["body"]["error"]["code"] for line in errors} == {"upstream_unavailable"}
+    assert batch_id == header["id"]
