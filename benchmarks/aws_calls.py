@@ -9,6 +9,7 @@ the Lambda service, not by batchinfer: they are estimated (one receive and one d
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 from collections import Counter
@@ -31,8 +32,9 @@ DDB_UNITS = {"GetItem": ("read", 1), "Query": ("read", 1), "PutItem": ("write", 
 S3_READS = {"GetObject", "HeadObject"}
 
 
-def measure(n: int = 5000) -> dict[str, Any]:
-    """Run an `n`-request batch through the local stack; the calls it made, by (service, operation)."""
+def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
+    """Run an `n`-request batch through the local stack (template defaults, or `shard_size`
+    requests per shard); the calls it made, by (service, operation)."""
     from batchinfer import aws
     from batchinfer_local import LocalStack
     from benchmarks.common import quiet_functions
@@ -54,7 +56,8 @@ def measure(n: int = 5000) -> dict[str, Any]:
         os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))
         remove = aws.on_call(count)
         try:
-            with LocalStack(port=0) as stack:
+            overrides = {"ShardSize": str(shard_size)} if shard_size else {}
+            with LocalStack(port=0, parameter_overrides=overrides) as stack:
                 client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key)
                 batch = client.create(client.upload(path)["id"])
                 stack.wait_idle(timeout=900)
@@ -112,7 +115,9 @@ def cost_per_million(result: dict[str, Any], worker_cpu_ms: float) -> list[tuple
 
 
 if __name__ == "__main__":
-    result = measure(int(os.environ.get("N", "2000")))
-    for (service, operation), calls in sorted(result["counts"].items()):
-        print(f"{service:10s} {operation:28s} {calls * 1000 / result['requests']:7.2f} per 1,000")
-    print("total", sum(result["counts"].values()) * 1000 / result["requests"])
+    # python -m benchmarks.aws_calls [SHARD_SIZE ...]: the total per 1,000 requests at each shard size
+    for size in [int(a) for a in sys.argv[1:]] or [None]:
+        result = measure(int(os.environ.get("N", "5000")), size)
+        total = sum(result["counts"].values()) * 1000 / result["requests"]
+        print(f"shard size {size or 'default'}: {total:.1f} AWS calls per 1,000 requests "
+              f"({result['shards']} shards)", flush=True)

@@ -92,15 +92,15 @@ def test_an_overload_cuts_once_then_each_refusal_of_that_window_takes_one_off() 
         limiter = AIMDLimiter(10, initial=10)
         first = await _acquire_all(limiter, 6)
         seen = []
-        for permit in first[:3]:  # three refusals of one window: a 5% cut, then one off for each other
+        for permit in first[:3]:  # three refusals of one window: a 3% cut, then one off for each other
             limiter.release(permit, overloaded=True)
             seen.append(limiter.window)
-        later = await limiter.acquire()  # sent after the cut: its refusal is news, a new 5% cut
+        later = await limiter.acquire()  # sent after the cut: its refusal is news, a new 3% cut
         limiter.release(later, overloaded=True)
         seen.append(limiter.window)
         return seen
 
-    assert asyncio.run(scenario()) == [9.5, 8.5, 7.5, 7.125]
+    assert asyncio.run(scenario()) == [9.7, 8.7, 7.699999999999999, 7.468999999999999]  # 10 * 0.97 - 1 - 1
 
 
 def test_a_burst_far_above_capacity_comes_down_in_one_window() -> None:
@@ -111,7 +111,7 @@ def test_a_burst_far_above_capacity_comes_down_in_one_window() -> None:
             limiter.release(permit, overloaded=True)
         return limiter.limit
 
-    assert asyncio.run(scenario()) == 5  # 16 * 0.95 - 10 = 5.2
+    assert asyncio.run(scenario()) == 5  # 16 * 0.97 - 10 = 5.52
 
 
 def test_cuts_stop_at_the_minimum() -> None:

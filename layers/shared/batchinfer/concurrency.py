@@ -9,7 +9,7 @@ batch (and other users). The limiter finds it the way TCP congestion control doe
   (about `increase` per round trip), and an overload answer multiplies the limit by `decrease`, once
   per round trip: further refusals of requests sent before that cut each take one off the limit
   instead (k refusals of one window say the backend holds k fewer), so a limit far above the
-  backend's capacity comes down in one round trip, not in dozens of 5% cuts.
+  backend's capacity comes down in one round trip, not in dozens of 3% cuts.
 
 Several workers sharing one backend converge to equal shares, and the backend stays close to full.
 Starting small rather than at the maximum matters for HTTP backends: every request in flight holds a
@@ -46,7 +46,7 @@ class AIMDLimiter:
     """
 
     def __init__(self, maximum: int, *, minimum: int = 1, initial: int = 16,
-                 increase: float = 1.0, decrease: float = 0.95) -> None:
+                 increase: float = 1.0, decrease: float = 0.97) -> None:
         if not 1 <= minimum <= maximum:
             raise ValueError(f"need 1 <= minimum <= maximum, got {minimum} and {maximum}")
         if not 0 < decrease < 1 or increase <= 0:
