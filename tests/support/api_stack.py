@@ -7,6 +7,8 @@ server can't do, and what a test of cancel or expiry *while requests run* needs 
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import threading
 import time
@@ -134,7 +136,12 @@ def stack_with_upstream(tmp_path: Path, **stack_args: Any) -> Iterator[tuple[Loc
     with HoldableUpstream() as upstream, pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODEL_REGISTRY", str(write_registry(tmp_path / "models.yaml", upstream)))
         with LocalStack(port=0, **stack_args) as stack:
-            yield stack, upstream
+            try:
+                yield stack, upstream
+            finally:
+                upstream.release()  # held requests answer now, so no worker outlives its stack
+                with contextlib.suppress(TimeoutError):
+                    stack.wait_idle(timeout=60)
 
 
 def api_client(stack: LocalStack, key: str | None) -> httpx.Client:

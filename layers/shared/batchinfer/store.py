@@ -41,9 +41,9 @@ def now() -> int:
 
 
 def sort_key(created_at: int, item_id: str) -> str:
-    """The GSI1 sort key of a batch or file: creation second, then nanoseconds now (ties within a second
-    sort in the order they were written), then the id."""
-    return f"{created_at:010d}#{time.time_ns() % 1_000_000_000:09d}#{item_id}"
+    """The GSI1 sort key of a batch or file: creation second, then the write time in nanoseconds (ties
+    within a second sort in the order they were written, also across a second's rollover), then the id."""
+    return f"{created_at:010d}#{time.time_ns():019d}#{item_id}"
 
 
 def batch_pk(batch_id: str) -> str:
