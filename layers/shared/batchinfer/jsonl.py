@@ -19,7 +19,7 @@ A batch input file can be up to 200 MiB, so it is never held whole: bytes arrive
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 UTF8_BOM = b"\xef\xbb\xbf"
 _CR = 0x0D
@@ -27,9 +27,9 @@ _CR = 0x0D
 _SLACK = len(UTF8_BOM) + 1
 
 
-@dataclass(frozen=True, slots=True)
-class PhysicalLine:
-    """One physical line of the input file.
+class PhysicalLine(NamedTuple):
+    """One physical line of the input file (a named tuple: one is made per line, twice as fast as a
+    frozen dataclass).
 
     `number` is 1-based and counts blank lines. `data` is the line's bytes without its `\\n`, its
     trailing `\\r` and (line 1 only) a leading UTF-8 BOM; it is `b""` when `too_long`. `size` is the

@@ -107,7 +107,7 @@ class _IterReader(io.RawIOBase):
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
-        self._buffer = b""
+        self._buffer = memoryview(b"")  # slicing a memoryview copies nothing
         self.total = 0
 
     def readable(self) -> bool:
@@ -116,7 +116,7 @@ class _IterReader(io.RawIOBase):
     def readinto(self, target: Any) -> int:
         while not self._buffer:
             try:
-                self._buffer = next(self._chunks)
+                self._buffer = memoryview(next(self._chunks))
             except StopIteration:
                 return 0
         size = min(len(target), len(self._buffer))
