@@ -77,8 +77,9 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
             "esm_calls": 2 * (1 + shards + 1)}
 
 
-def cost_per_million(result: dict[str, Any], worker_cpu_ms: float) -> list[tuple[str, float, str]]:
-    """(item, dollars per million requests, basis) rows, from the counted calls and measured CPU."""
+def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str) -> list[tuple[str, float, str]]:
+    """(item, dollars per million requests, basis) rows, from the counted calls and `worker_ms`, the
+    shard worker's billed (wall) milliseconds per request, measured as `basis` says."""
     scale = 1_000_000 / result["requests"]
     s3_read = s3_write = sqs = ddb_read = ddb_write = 0.0
     for (service, operation), calls in result["counts"].items():
@@ -97,9 +98,9 @@ def cost_per_million(result: dict[str, Any], worker_cpu_ms: float) -> list[tuple
                 ddb_write += calls * units
     sqs += result["esm_calls"]
     invocations = result["esm_calls"] / 2 + 4  # one per message, plus the API calls (upload, create, get x2)
-    # Worker CPU at 3,008 MB (about 1.7 vCPU, so CPU time is at least wall time / 1.7): the time the
-    # functions compute, excluding the time the worker waits on the model.
-    gb_s = worker_cpu_ms / 1000 * 3008 / 1024 * result["requests"]
+    # The shard worker is billed for its wall time at 3,008 MB, mostly waiting on the model; prepare
+    # and the aggregator stream at tens of MB/s on 1,024 MB: well under a cent per million requests.
+    gb_s = worker_ms / 1000 * 3008 / 1024 * result["requests"]
     return [
         ("S3 requests", (s3_read * PRICES["s3_read"] + s3_write * PRICES["s3_write"]) * scale,
          f"{s3_write * scale / 1e3:,.0f}k PUT/POST/LIST, {s3_read * scale / 1e3:,.0f}k GET/HEAD"),
@@ -109,8 +110,8 @@ def cost_per_million(result: dict[str, Any], worker_cpu_ms: float) -> list[tuple
                                              "and deletes estimated)"),
         ("Lambda invocations", invocations * PRICES["lambda_invocation"] * scale,
          f"{invocations * scale / 1e3:,.1f}k invocations"),
-        ("Lambda compute (worker CPU)", gb_s * PRICES["lambda_gb_s"] * scale,
-         f"{worker_cpu_ms:.2f} ms CPU per request at 3,008 MB"),
+        ("Lambda compute (shard worker)", gb_s * PRICES["lambda_gb_s"] * scale,
+         f"{worker_ms:.1f} ms per request at 3,008 MB ({basis})"),
     ]
 
 

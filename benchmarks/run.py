@@ -97,7 +97,7 @@ def aggregation(rows: list[Row], notes: list[str]) -> None:
                     f"{result['raw']:.1f} MiB/s (S3 copy)", ratio, "", None))
 
 
-def aws_calls(rows: list[Row], notes: list[str], worker_cpu_ms: float | None) -> str:
+def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> str:
     from benchmarks import aws_calls as bench
 
     result = bench.measure(5000)
@@ -107,7 +107,11 @@ def aws_calls(rows: list[Row], notes: list[str], worker_cpu_ms: float | None) ->
                     f"{total:.1f}", "", None, "<= 40", total <= 40))
     calls = markdown_table(["service", "operation", "calls per 1,000 requests"],
                            [[s, o, f"{c:.2f}"] for (s, o), c in sorted(per_thousand.items(), key=lambda kv: -kv[1])])
-    cost_rows = bench.cost_per_million(result, worker_cpu_ms if worker_cpu_ms is not None else 2.0)
+    if worker_rate:
+        worker_ms, basis = 1000 / worker_rate, "the saturation run: L = 1 s, 32 in flight"
+    else:
+        worker_ms, basis = 1000 / 32, "assumed: L = 1 s, 32 in flight"
+    cost_rows = bench.cost_per_million(result, worker_ms, basis)
     cost = markdown_table(["item", "$ per million requests", "basis"],
                           [[item, f"{dollars:.2f}", basis] for item, dollars, basis in cost_rows]
                           + [["**total, excluding the model**", f"**{sum(d for _, d, _ in cost_rows):.2f}**", ""]])
@@ -127,7 +131,7 @@ def main() -> None:
     rows: list[Row] = []
     notes: list[str] = []
     extra = ""
-    cpu_ms = None
+    worker_rate = None
     started = time.monotonic()
     for section in SECTIONS:
         if section not in chosen:
@@ -136,7 +140,7 @@ def main() -> None:
         before = len(rows)
         try:
             if section == "saturation":
-                cpu_ms = saturation(rows, notes)["worker_cpu_ms_per_request"]
+                worker_rate = saturation(rows, notes)["worker"].rate()
             elif section == "embedded":
                 embedded(rows, notes)
             elif section == "prepare":
@@ -144,7 +148,7 @@ def main() -> None:
             elif section == "aggregation":
                 aggregation(rows, notes)
             else:
-                extra = aws_calls(rows, notes, cpu_ms)
+                extra = aws_calls(rows, notes, worker_rate)
         except Exception as error:  # one broken section must not cost the others' figures
             logging.exception("section %s failed", section)
             rows.append(Row(f"{section}: failed ({type(error).__name__}: {error})"[:160], "", "", None, "", False))
