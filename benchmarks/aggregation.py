@@ -14,6 +14,7 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
     from batchinfer import aws, storage, store
     from batchinfer.aggregate import finalize_batch
     from batchinfer.settings import get_settings
+
     from benchmarks.aws_env import moto_environment
     from benchmarks.pipeline import instant_model, run_shards
 

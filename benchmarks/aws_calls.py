@@ -8,6 +8,7 @@ the Lambda service, not by batchinfer: they are estimated (one receive and one d
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -37,6 +38,7 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
     requests per shard); the calls it made, by (service, operation)."""
     from batchinfer import aws
     from batchinfer_local import LocalStack
+
     from benchmarks.common import quiet_functions
 
     quiet_functions()
@@ -52,7 +54,7 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
     saved = os.environ.get("MODEL_REGISTRY")
     with SimBackend(latency=0.01, capacity=512) as sim, tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "batch.jsonl"
-        path.write_bytes(b"".join(__import__("json").dumps(request_line(i)).encode() + b"\n" for i in range(n)))
+        path.write_bytes(b"".join(json.dumps(request_line(i)).encode() + b"\n" for i in range(n)))
         os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))
         remove = aws.on_call(count)
         try:
@@ -106,8 +108,8 @@ def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str) -> li
          f"{s3_write * scale / 1e3:,.0f}k PUT/POST/LIST, {s3_read * scale / 1e3:,.0f}k GET/HEAD"),
         ("DynamoDB on-demand", (ddb_read * PRICES["ddb_read"] + ddb_write * PRICES["ddb_write"]) * scale,
          f"{ddb_write * scale / 1e3:,.0f}k WRU, {ddb_read * scale / 1e3:,.0f}k RRU"),
-        ("SQS", sqs * PRICES["sqs"] * scale, f"{sqs * scale / 1e3:,.0f}k requests (event source receives "
-                                             "and deletes estimated)"),
+        ("SQS", sqs * PRICES["sqs"] * scale,
+         f"{sqs * scale / 1e3:,.0f}k requests (event source receives and deletes estimated)"),
         ("Lambda invocations", invocations * PRICES["lambda_invocation"] * scale,
          f"{invocations * scale / 1e3:,.1f}k invocations"),
         ("Lambda compute (shard worker)", gb_s * PRICES["lambda_gb_s"] * scale,

@@ -4,20 +4,28 @@ the same 50 prompts run directly through llama.cpp in one loop.
 
 Both sides decode greedily (temperature 0) with the same sampler settings and `max_tokens`, so they
 generate the same tokens; the stack is warmed first with a one-request batch (a warm Lambda, the
-model loaded), the direct loop loads its model before its clock starts. The direct loop runs before
-and after the stack and the mean of the two is the reference, which halves the drift of a noisy
-machine.
+model loaded), the direct loop loads its model before its clock starts. Stack batches and direct
+loops alternate (direct, stack, direct, stack, direct) and each side's totals are compared, which
+evens out the drift of a noisy machine; the client polls once a second (polling faster takes CPU
+from the model). The direct loop runs in a process of its own: llama.cpp's OpenMP (libgomp) keeps
+one thread team per OS thread that ever ran the model, and while two teams exist in a process both
+run ~25% slower (the stack runs the model on its backend's own thread, as a Lambda does).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import subprocess
+import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Stopwatch
+from benchmarks.common import REPO, Stopwatch
 
 MODEL = "smollm2-135m-instruct"
 MAX_TOKENS = 48
@@ -35,10 +43,9 @@ def body(prompt: str) -> dict[str, Any]:
 
 def direct(texts: list[str]) -> tuple[int, float]:
     """(completion tokens, seconds) of the prompts through `llama_cpp.Llama` in one loop."""
-    from llama_cpp import Llama
-
     from batchinfer.backends.llama_cpp import _usable_cpus, find_gguf
     from batchinfer.backends.registry import LlamaCppConfig
+    from llama_cpp import Llama
 
     defaults = LlamaCppConfig(backend="llama_cpp", n_ctx=2048)
     llm = Llama(model_path=str(find_gguf(defaults.package)), n_ctx=defaults.n_ctx, n_threads=_usable_cpus(),
@@ -54,42 +61,68 @@ def direct(texts: list[str]) -> tuple[int, float]:
     return tokens, watch.seconds
 
 
-def through_stack(texts: list[str]) -> tuple[int, float]:
-    """(completion tokens, seconds from upload to the downloaded output) through the local stack."""
+@contextmanager
+def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
+    """A warm local stack; yields `run(texts) -> (completion tokens, seconds from upload to the
+    downloaded output)` for a batch of those prompts."""
     from batchinfer_local import LocalStack
     from batchinfer_local.client import BatchClient
+
     from benchmarks.common import quiet_functions
 
     quiet_functions()
+    names = itertools.count()
 
-    def run(client: BatchClient, directory: Path, lines: list[str], name: str) -> tuple[int, dict[str, Any]]:
+    def batch(client: BatchClient, directory: Path, lines: list[str]) -> int:
+        name = f"batch{next(names)}"
         path = directory / f"{name}.jsonl"
         path.write_text("".join(json.dumps({"custom_id": f"{name}-{i}", "method": "POST", "url": "/v1/chat/completions",
                                             "body": body(text)}) + "\n" for i, text in enumerate(lines)))
-        batch = client.create(client.upload(path)["id"])
-        batch = client.wait(batch["id"], poll_s=0.25, timeout_s=1200)
-        assert batch["status"] == "completed" and batch["request_counts"]["failed"] == 0, batch
-        output = [json.loads(line) for line in client.content(batch["output_file_id"]).splitlines()]
-        return sum(o["response"]["body"]["usage"]["completion_tokens"] for o in output), batch
+        created = client.create(client.upload(path)["id"])
+        done = client.wait(created["id"], poll_s=1.0, timeout_s=1200)  # a client polling faster steals model CPU
+        assert done["status"] == "completed" and done["request_counts"]["failed"] == 0, done
+        output = [json.loads(line) for line in client.content(done["output_file_id"]).splitlines()]
+        return sum(o["response"]["body"]["usage"]["completion_tokens"] for o in output)
 
     with tempfile.TemporaryDirectory() as tmp, LocalStack(port=0) as stack:
         client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key, timeout=120)
-        run(client, Path(tmp), texts[:1], "warmup")  # a warm worker: the model is loaded
-        with Stopwatch() as watch:
-            tokens, _ = run(client, Path(tmp), texts, "bench")
-    return tokens, watch.seconds
+        batch(client, Path(tmp), ["Say hello."])  # a warm worker: the model is loaded
+
+        def run(texts: list[str]) -> tuple[int, float]:
+            with Stopwatch() as watch:
+                tokens = batch(client, Path(tmp), texts)
+            return tokens, watch.seconds
+
+        yield run
 
 
-def measure(n: int = 50) -> dict[str, Any]:
+def _direct_process(n: int) -> tuple[int, float]:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.embedded", "--direct", str(n)], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    tokens, seconds = json.loads(done.stdout.strip().splitlines()[-1])
+    return tokens, seconds
+
+
+def measure(n: int = 50, rounds: int = 2) -> dict[str, Any]:
+    """Direct loop, then `rounds` times (stack batch, direct loop): totals of each side."""
     texts = prompts(n)
-    first = direct(texts)
-    stack = through_stack(texts)
-    second = direct(texts)
-    reference = (first[0] + second[0]) / (first[1] + second[1])
-    return {"n": n, "stack_tokens": stack[0], "stack_seconds": stack[1], "stack": stack[0] / stack[1],
-            "direct_tokens": first[0], "direct": reference, "direct_runs": [first[0] / first[1], second[0] / second[1]]}
+    direct_runs = [_direct_process(n)]
+    stack_runs = []
+    with stack_session() as run:
+        for _ in range(rounds):
+            stack_runs.append(run(texts))
+            direct_runs.append(_direct_process(n))
+    stack_tokens, stack_seconds = map(sum, zip(*stack_runs))
+    direct_tokens, direct_seconds = map(sum, zip(*direct_runs))
+    return {"n": n, "stack_tokens": stack_runs[0][0], "stack_seconds": stack_seconds / rounds,
+            "stack": stack_tokens / stack_seconds, "direct_tokens": direct_runs[0][0],
+            "direct": direct_tokens / direct_seconds,
+            "stack_runs": [t / s for t, s in stack_runs], "direct_runs": [t / s for t, s in direct_runs]}
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    print(measure(int(os.environ.get("N", "50"))))
+    if sys.argv[1:2] == ["--direct"]:
+        print(json.dumps(direct(prompts(int(sys.argv[2])))))
+    else:
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+        print(measure(int(os.environ.get("N", "50"))))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -105,11 +104,11 @@ def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int,
     from batchinfer import ids, intake, store
     from batchinfer.settings import get_settings
     from batchinfer.storage import upload_stream
+
     from benchmarks.aws_env import moto_environment
 
     results = {}
-    with moto_environment({**LIMITS, "SHARD_SIZE": os.environ.get("SHARD_SIZE", "")} if os.environ.get("SHARD_SIZE")
-                          else LIMITS):
+    with moto_environment(LIMITS):
         bucket = get_settings().bucket_name
         for n in sizes:
             key = f"files/bench-{n}"

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/run.py` from the repo
 
-from benchmarks.common import HEADER, Row, markdown_table  # noqa: E402
+from benchmarks.common import HEADER, Row, markdown_table
 
 SECTIONS = ("saturation", "embedded", "prepare", "aggregation", "aws")
 
@@ -63,8 +63,9 @@ def embedded(rows: list[Row], notes: list[str]) -> None:
     rows.append(Row(f"embedded model: {result['n']} requests end to end through the local stack (tokens/s)",
                     f"{result['stack']:.1f} tok/s", f"{result['direct']:.1f} tok/s (llama.cpp loop)", ratio,
                     ">= 0.95", ratio >= 0.95))
-    notes.append(f"embedded: {result['stack_tokens']} tokens in {result['stack_seconds']:.1f} s through the stack; "
-                 f"direct loop runs {', '.join(f'{r:.1f}' for r in result['direct_runs'])} tok/s "
+    notes.append(f"embedded: {result['stack_tokens']} tokens per batch, {result['stack_seconds']:.1f} s through the "
+                 f"stack; stack runs {', '.join(f'{r:.1f}' for r in result['stack_runs'])} tok/s, direct loop "
+                 f"runs {', '.join(f'{r:.1f}' for r in result['direct_runs'])} tok/s "
                  f"({result['direct_tokens']} tokens, same greedy outputs)")
 
 
@@ -150,7 +151,7 @@ def main() -> None:
             else:
                 extra = aws_calls(rows, notes, worker_rate)
         except Exception as error:  # one broken section must not cost the others' figures
-            logging.exception("section %s failed", section)
+            logging.getLogger("bench").exception("section %s failed", section)
             rows.append(Row(f"{section}: failed ({type(error).__name__}: {error})"[:160], "", "", None, "", False))
         for row in rows[before:]:
             _say(" | ".join(row.cells()))

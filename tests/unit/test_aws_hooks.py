@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from moto import mock_aws
-
 from batchinfer import aws
 from batchinfer.settings import get_settings
+from moto import mock_aws
 
 
 @pytest.fixture

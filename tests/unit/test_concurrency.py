@@ -4,7 +4,6 @@ waiters, cancellation."""
 import asyncio
 
 import pytest
-
 from batchinfer.concurrency import AIMDLimiter, Permit
 
 

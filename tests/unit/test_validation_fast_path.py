@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batchinfer.jsonl import iter_physical_lines
+from batchinfer.validation import ChatCompletionBody, FileValidator, SeenIds, _plain_chat_body
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
-from batchinfer.jsonl import iter_physical_lines
-from batchinfer.validation import ChatCompletionBody, FileValidator, SeenIds, _plain_chat_body
 
 CASES = Path(__file__).parents[3] / "shared" / "cases"
 MODEL = "smollm2-135m-instruct"
