@@ -6,10 +6,11 @@ Both sides decode greedily (temperature 0) with the same sampler settings and `m
 generate the same tokens; the stack is warmed first with a one-request batch (a warm Lambda, the
 model loaded), the direct loop loads its model before its clock starts. Stack batches and direct
 loops alternate (direct, stack, direct, stack, direct) and each side's totals are compared, which
-evens out the drift of a noisy machine; the client polls once a second (polling faster takes CPU
-from the model). The direct loop runs in a process of its own: llama.cpp's OpenMP (libgomp) keeps
-one thread team per OS thread that ever ran the model, and while two teams exist in a process both
-run ~25% slower (the stack runs the model on its backend's own thread, as a Lambda does).
+evens out the drift of a noisy machine. The client looks at the batch each time the stack's
+functions have all returned (`wait_for`), not on a timer. The direct loop runs in a process of its
+own: llama.cpp's OpenMP (libgomp) keeps one thread team per OS thread that ever ran the model, and
+while two teams exist in a process both run ~25% slower (the stack runs the model on its backend's
+own thread, as a Lambda does).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +63,22 @@ def direct(texts: list[str]) -> tuple[int, float]:
     return tokens, watch.seconds
 
 
+def wait_for(stack: Any, client: Any, batch_id: str, timeout_s: float = 1200) -> dict[str, Any]:
+    """The terminal Batch object, retrieved through the HTTP API each time the stack's functions have
+    all returned since the last look (an in-process signal: a remote client would poll). Polling once
+    a second would add half a second per batch, and polling faster takes CPU from the model."""
+    deadline = time.monotonic() + timeout_s
+    seen = -1
+    while time.monotonic() < deadline:
+        if stack.activity.busy == 0 and stack.activity.generation != seen:
+            batch = client.retrieve(batch_id)
+            if batch["status"] in ("completed", "failed", "expired", "cancelled"):
+                return batch
+            seen = stack.activity.generation  # this retrieve was an invocation too
+        time.sleep(0.02)
+    raise TimeoutError(f"batch {batch_id} not done after {timeout_s:.0f} s")
+
+
 @contextmanager
 def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
     """A warm local stack; yields `run(texts) -> (completion tokens, seconds from upload to the
@@ -79,7 +97,7 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
         path.write_text("".join(json.dumps({"custom_id": f"{name}-{i}", "method": "POST", "url": "/v1/chat/completions",
                                             "body": body(text)}) + "\n" for i, text in enumerate(lines)))
         created = client.create(client.upload(path)["id"])
-        done = client.wait(created["id"], poll_s=1.0, timeout_s=1200)  # a client polling faster steals model CPU
+        done = wait_for(stack, client, created["id"])
         assert done["status"] == "completed" and done["request_counts"]["failed"] == 0, done
         output = [json.loads(line) for line in client.content(done["output_file_id"]).splitlines()]
         return sum(o["response"]["body"]["usage"]["completion_tokens"] for o in output)

@@ -123,25 +123,36 @@ def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
     return Run(watch.seconds, ok, len(outcomes) - ok, stats["refused"], stats["peak"])
 
 
-def measure(n: int = 2000, latency: float = 0.2, capacity: int = 32, ceiling: int | None = None) -> dict[str, Any]:
-    """Both clients on the same simulated backend, one after the other."""
+def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: int | None = None,
+            rounds: int = 3) -> dict[str, Any]:
+    """Both clients on the same simulated backend, alternating `rounds` times; each side's median run."""
+    from batchinfer import worker
     from batchinfer.settings import Settings
 
     ceiling = ceiling or Settings.model_fields["worker_concurrency"].default
+    plain_runs: list[Run] = []
+    worker_runs: list[Run] = []
+    cpu = 0.0
     with SimBackend(latency, capacity) as sim:
-        plain = run_plain(sim, n)
-        started = time.process_time()
-        worker_run = run_worker(sim, n, ceiling)
-        cpu = time.process_time() - started
-    limit = capacity / latency
-    return {"n": n, "latency": latency, "capacity": capacity, "ceiling": ceiling, "limit": limit,
-            "plain": plain, "worker": worker_run, "worker_cpu_ms_per_request": 1000 * cpu / n}
+        for _ in range(rounds):
+            plain_runs.append(run_plain(sim, n))
+            worker._LIMITERS.clear()  # a cold worker: it finds C again
+            started = time.process_time()
+            worker_runs.append(run_worker(sim, n, ceiling))
+            cpu += time.process_time() - started
+    return {"n": n, "latency": latency, "capacity": capacity, "ceiling": ceiling, "limit": capacity / latency,
+            "plain": _median(plain_runs), "worker": _median(worker_runs), "plain_runs": plain_runs,
+            "worker_runs": worker_runs, "worker_cpu_ms_per_request": 1000 * cpu / (n * rounds)}
+
+
+def _median(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
 
 
 if __name__ == "__main__":
     result = measure()
     for name in ("plain", "worker"):
-        run = result[name]
+        run = result[name]  # the median run
         print(f"{name:7s} {run.rate():7.1f} req/s = {run.rate() / result['limit']:.3f} of C/L "
               f"({run.seconds:.2f} s, ok {run.ok}, failed {run.failed}, 429s {run.refused}, peak {run.peak})")
     print(f"worker CPU {result['worker_cpu_ms_per_request']:.2f} ms/request")

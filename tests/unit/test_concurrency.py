@@ -25,6 +25,14 @@ async def _acquire_all(limiter: AIMDLimiter, n: int) -> list[Permit]:
     return [await limiter.acquire() for _ in range(n)]
 
 
+async def _past_the_probe(limiter: AIMDLimiter, holds: int) -> None:
+    """A first refusal with `holds` requests still out (the limit becomes `holds`), then nothing in flight."""
+    permits = await _acquire_all(limiter, holds + 1)
+    limiter.release(permits[0], overloaded=True)
+    for permit in permits[1:]:
+        limiter.give_back(permit)
+
+
 def test_slow_start_adds_one_per_success_while_requests_wait() -> None:
     async def scenario() -> tuple[float, int, int]:
         limiter = AIMDLimiter(100, initial=4)
@@ -54,9 +62,10 @@ def test_a_success_that_no_request_waited_for_does_not_grow_the_limit() -> None:
 
 def test_after_a_cut_a_full_window_grows_by_one_over_the_limit_per_success() -> None:
     async def scenario() -> list[float]:
-        limiter = AIMDLimiter(100, initial=10, decrease=0.5)
+        limiter = AIMDLimiter(100, initial=11, decrease=0.5)
+        await _past_the_probe(limiter, 10)
         held = await _acquire_all(limiter, 10)
-        limiter.release(held[0], overloaded=True)  # 10 -> 5: slow start is over
+        limiter.release(held[0], overloaded=True)  # 10 -> 5
         seen = [limiter.window]
         for permit in held[1:]:  # 9, 8, 7, 6, 5 in flight: at or above the limit of 5; then below it
             limiter.release(permit)
@@ -86,11 +95,23 @@ def test_growth_stops_at_the_maximum() -> None:
     assert (limiter.window, limiter.limit, limiter.in_flight) == (3.0, 3, 0)
 
 
+def test_refusals_of_the_first_probe_bring_the_limit_to_what_the_backend_holds() -> None:
+    async def scenario() -> tuple[int, int]:
+        limiter = AIMDLimiter(64, initial=64)
+        permits = await _acquire_all(limiter, 64)
+        for permit in permits[32:]:  # a backend of capacity 32 refuses the other 32
+            limiter.release(permit, overloaded=True)
+        return limiter.limit, limiter.epoch
+
+    assert asyncio.run(scenario()) == (32, 1)
+
+
 def test_an_overload_cuts_once_then_each_refusal_of_that_window_takes_one_off() -> None:
     async def scenario() -> list[float]:
-        limiter = AIMDLimiter(10, initial=10)
+        limiter = AIMDLimiter(20, initial=20)
+        await _past_the_probe(limiter, 10)
+        seen = [limiter.window]
         first = await _acquire_all(limiter, 6)
-        seen = []
         for permit in first[:3]:  # three refusals of one window: a 3% cut, then one off for each other
             limiter.release(permit, overloaded=True)
             seen.append(limiter.window)
@@ -99,7 +120,7 @@ def test_an_overload_cuts_once_then_each_refusal_of_that_window_takes_one_off() 
         seen.append(limiter.window)
         return seen
 
-    assert asyncio.run(scenario()) == [9.7, 8.7, 7.699999999999999, 7.468999999999999]  # 10 * 0.97 - 1 - 1
+    assert asyncio.run(scenario()) == pytest.approx([10.0, 9.7, 8.7, 7.7, 7.469])  # 7.7 * 0.97
 
 
 def test_a_burst_far_above_capacity_comes_down_in_one_window() -> None:
@@ -110,7 +131,7 @@ def test_a_burst_far_above_capacity_comes_down_in_one_window() -> None:
             limiter.release(permit, overloaded=True)
         return limiter.limit
 
-    assert asyncio.run(scenario()) == 5  # 16 * 0.97 - 10 = 5.52
+    assert asyncio.run(scenario()) == 5  # at most the 5 still out
 
 
 def test_cuts_stop_at_the_minimum() -> None:
@@ -148,7 +169,8 @@ def test_waiters_are_served_in_order_as_room_frees() -> None:
 
 def test_a_cut_holds_waiters_back_until_in_flight_drops_under_the_new_limit() -> None:
     async def scenario() -> tuple[int, int, int]:
-        limiter = AIMDLimiter(4, initial=4, decrease=0.5)
+        limiter = AIMDLimiter(5, initial=5, decrease=0.5)
+        await _past_the_probe(limiter, 4)
         held = await _acquire_all(limiter, 4)
         waiting = asyncio.create_task(limiter.acquire())
         await asyncio.sleep(0)
@@ -177,3 +199,36 @@ def test_a_cancelled_waiter_takes_no_room() -> None:
         return limiter.in_flight, len(limiter._waiters)
 
     assert asyncio.run(scenario()) == (0, 0)
+
+
+def test_a_permit_given_back_unused_frees_its_place_and_leaves_the_limit() -> None:
+    async def scenario() -> tuple[float, int, bool]:
+        limiter = AIMDLimiter(8, initial=2)
+        held = await _acquire_all(limiter, 2)
+        waiter = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        limiter.give_back(held[0])  # never used: says nothing about the backend
+        await asyncio.sleep(0)
+        return limiter.window, limiter.in_flight, waiter.done()
+
+    assert asyncio.run(scenario()) == (2.0, 2, True)
+
+
+def test_a_retry_goes_ahead_of_the_requests_waiting() -> None:
+    async def scenario() -> list[str]:
+        limiter = AIMDLimiter(1, initial=1)
+        held = await limiter.acquire()
+        served: list[str] = []
+
+        async def request(name: str, first_in_line: bool) -> None:
+            permit = await limiter.acquire(first_in_line=first_in_line)
+            served.append(name)
+            limiter.give_back(permit)
+
+        waiting = [asyncio.create_task(request("new", False)), asyncio.create_task(request("retry", True))]
+        await asyncio.sleep(0)  # both wait, "new" first
+        limiter.give_back(held)
+        await asyncio.gather(*waiting)
+        return served
+
+    assert asyncio.run(scenario()) == ["retry", "new"]

@@ -60,10 +60,20 @@ def test_concurrency_is_bounded_and_order_kept() -> None:
 
 
 def test_stops_launching_near_the_time_limit() -> None:
-    clock = iter([10_000, 10_000, 10_000, 100])  # the 4th launch sees too little time left
-    outcomes = asyncio.run(run_requests(ScriptedBackend(), _requests(10), "batch_x", concurrency=1,
-                                        time_left_ms=lambda: next(clock), reserve_ms=1_000))
+    # Given a clock that runs short once 3 requests were sent
+    backend = ScriptedBackend(delay=0.001)
+
+    def time_left_ms() -> int:
+        return 10_000 if len(backend.calls) < 3 else 100
+
+    # When 10 requests run, with started ones waiting for a permit while others are in flight
+    outcomes = asyncio.run(run_requests(backend, _requests(10), "batch_x", concurrency=1,
+                                        time_left_ms=time_left_ms, reserve_ms=1_000))
+
+    # Then the 3 sent ones are the outcomes, and nothing else reached the backend
     assert [o.request.custom_id for o in outcomes] == ["c0", "c1", "c2"]
+    assert backend.calls == ["p0", "p1", "p2"]
+    assert worker.limiter_for(backend, 1).in_flight == 0
 
 
 def test_retryable_errors_are_retried_then_recorded() -> None:
@@ -90,6 +100,7 @@ def test_lone_surrogate_is_a_per_line_400_and_never_reaches_the_backend() -> Non
     assert [o.status_code for o in outcomes] == [400, 200]
     assert outcomes[0].body["error"]["code"] == "invalid_encoding"
     assert backend.calls == ["p0"]
+    assert worker.limiter_for(backend, 2).in_flight == 0  # the refused line's permit was given back
 
 
 def test_render_puts_successes_first_and_counts_tokens() -> None:

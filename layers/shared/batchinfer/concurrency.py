@@ -5,6 +5,10 @@ batch (and other users). The limiter finds it the way TCP congestion control doe
 
 - slow start: from a small `initial` limit, every request that completes while the limit holds
   others back adds one (the limit doubles per round trip) until the first overload answer (429, 503);
+- the first overload answers say how much the backend holds: at most the requests still in flight,
+  so each refusal of a request sent before any cut brings the limit down to that number. Starting at
+  the maximum (what the shard worker does) fills a backend of unknown capacity in the first round
+  trip, and the refusals of that first burst bring the limit to the capacity exactly;
 - then AIMD (additive increase, multiplicative decrease): such a completion adds `increase / limit`
   (about `increase` per round trip), and an overload answer multiplies the limit by `decrease`, once
   per round trip: further refusals of requests sent before that cut each take one off the limit
@@ -12,8 +16,6 @@ batch (and other users). The limiter finds it the way TCP congestion control doe
   backend's capacity comes down in one round trip, not in dozens of 3% cuts.
 
 Several workers sharing one backend converge to equal shares, and the backend stays close to full.
-Starting small rather than at the maximum matters for HTTP backends: every request in flight holds a
-connection, and a burst far above the backend's capacity leaves a pool of idle connections behind.
 
 No library in common use implements this for asyncio (aiolimiter and friends limit rates, not
 concurrency), hence this module.
@@ -42,7 +44,8 @@ class AIMDLimiter:
     """An asyncio semaphore whose size adapts to the backend, between `minimum` and `maximum`.
 
     It starts at `initial` (clamped to the bounds) in slow start, then runs AIMD (see the module
-    docstring). Waiters are served first come, first served. Not thread-safe: use it from one loop.
+    docstring). Waiters are served first come, first served, except retries (`first_in_line`).
+    Not thread-safe: use it from one loop.
     """
 
     def __init__(self, maximum: int, *, minimum: int = 1, initial: int = 16,
@@ -70,13 +73,20 @@ class AIMDLimiter:
         """The fractional limit that additive increase accumulates into."""
         return self._window
 
-    async def acquire(self) -> Permit:
-        """Wait for room in the window; return the permit to `release` when the request is answered."""
-        if not self._waiters and self.in_flight < self.limit:
+    async def acquire(self, *, first_in_line: bool = False) -> Permit:
+        """Wait for room in the window; return the permit to `release` when the request is answered.
+
+        `first_in_line` puts the request ahead of all waiting ones (a retry of a refused request, so it
+        is sent in the next free place rather than after everything queued meanwhile).
+        """
+        if self.in_flight < self.limit and (first_in_line or not self._waiters):
             self.in_flight += 1
         else:
             waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            if first_in_line:
+                self._waiters.appendleft(waiter)
+            else:
+                self._waiters.append(waiter)
             try:
                 await waiter  # `_wake` counted this request in flight before resolving it
             except asyncio.CancelledError:
@@ -98,7 +108,10 @@ class AIMDLimiter:
         self.in_flight -= 1
         if overloaded:
             self.overloads += 1
-            if permit.epoch == self.epoch:  # the first refusal since the last cut
+            if permit.epoch == 0:  # the first probe: the backend holds at most the requests still out
+                self.epoch = max(self.epoch, 1)
+                window = min(self._window, float(self.in_flight))
+            elif permit.epoch == self.epoch:  # the first refusal since the last cut
                 self.epoch += 1
                 window = self._window * self.decrease
             else:  # one more refusal of the window that was cut
@@ -107,6 +120,11 @@ class AIMDLimiter:
         elif limiting and self._window < self.maximum:
             step = self.increase if self._window < self._threshold else self.increase / self._window
             self._window = min(float(self.maximum), self._window + step)
+        self._wake()
+
+    def give_back(self, permit: Permit) -> None:
+        """Hand back a `permit` that was never used to send a request: the limit does not change."""
+        self.in_flight -= 1
         self._wake()
 
     def _wake(self) -> None:

@@ -10,6 +10,7 @@ launching requests, commits what finished and enqueues a continuation for the re
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -21,9 +22,10 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from batchinfer import chaos, ids, queues, storage, store
-from batchinfer.concurrency import AIMDLimiter
 from batchinfer.backends import load_registry
 from batchinfer.backends.base import BackendError, ChatBackend
+from batchinfer.backends.http import closing
+from batchinfer.concurrency import AIMDLimiter
 from batchinfer.observability import logger
 from batchinfer.schemas import CHAT_ENDPOINT, result_line
 from batchinfer.settings import get_settings
@@ -81,10 +83,19 @@ def _overloaded(error: BaseException | None) -> bool:
 
 
 def _wait(state: RetryCallState) -> float:
-    """Capped exponential backoff with full jitter, never shorter than the backend's Retry-After."""
+    """Capped exponential backoff with full jitter, never shorter than the backend's Retry-After.
+
+    The first retry of an overload answer does not wait: the limiter was just cut, so the retry is
+    held until a request in flight is answered, which is when the backend has room again.
+    """
     error = state.outcome.exception() if state.outcome else None
-    base = OVERLOADED_BACKOFF_BASE_S if _overloaded(error) else BACKOFF_BASE_S
-    backoff = random.uniform(0, min(BACKOFF_CAP_S, base * 2 ** (state.attempt_number - 1)))
+    attempt = state.attempt_number
+    if not _overloaded(error):
+        backoff = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
+    elif attempt > 1:
+        backoff = random.uniform(0, min(BACKOFF_CAP_S, OVERLOADED_BACKOFF_BASE_S * 2 ** (attempt - 2)))
+    else:
+        backoff = 0.0
     retry_after = getattr(error, "retry_after", None) or 0.0
     return max(backoff, min(retry_after, BACKOFF_CAP_S))
 
@@ -125,17 +136,29 @@ async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, 
     raise AssertionError("unreachable")
 
 
-class _Limited:
-    """`backend` with each call holding a permit of `limiter`; a retry waits outside the window.
+class _NotStarted(Exception):
+    """The request got its first permit with too little time left: it was not sent."""
 
-    An overload answer is not retried any more once `out_of_time()`: the shard must commit.
+
+class _Limited:
+    """One request's view of `backend`: each attempt waits for a permit of `limiter` and holds it while
+    in flight; a retry waits outside the window, then goes ahead of the requests not sent yet.
+
+    The first attempt raises `_NotStarted` instead of sending when `out_of_time()`, and an overload
+    answer is not retried any more then: the shard must commit.
     """
 
     def __init__(self, backend: ChatBackend, limiter: AIMDLimiter, out_of_time: Callable[[], bool]) -> None:
         self.backend, self.limiter, self.out_of_time = backend, limiter, out_of_time
+        self._started = False
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        permit = await self.limiter.acquire()
+        permit = await self.limiter.acquire(first_in_line=self._started)
+        if not self._started:
+            if self.out_of_time():
+                self.limiter.give_back(permit)
+                raise _NotStarted
+            self._started = True
         overloaded = False
         try:
             return await self.backend.chat_completion(body)
@@ -160,9 +183,10 @@ def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
     try:
         limiter = _LIMITERS.get(backend)
     except TypeError:  # not weakly referenceable: a limiter for this run only
-        return AIMDLimiter(maximum)
+        return AIMDLimiter(maximum, initial=maximum)
     if limiter is None or limiter.maximum != maximum:
-        limiter = _LIMITERS[backend] = AIMDLimiter(maximum)
+        # From the maximum: the first round trip fills the backend, its refusals say its capacity.
+        limiter = _LIMITERS[backend] = AIMDLimiter(maximum, initial=maximum)
     return limiter
 
 
@@ -175,33 +199,32 @@ async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: 
     without being flooded. Stops launching when `time_left_ms()` drops under `reserve_ms`; every
     launched request finishes, so the outcomes are those of a prefix of `requests`, in input order.
     """
-    limited = _Limited(backend, limiter_for(backend, concurrency), lambda: time_left_ms() < reserve_ms)
-    launched = asyncio.Semaphore(concurrency)  # requests launched and not answered yet, retries included
+    limiter = limiter_for(backend, concurrency)
+
+    def out_of_time() -> bool:
+        return time_left_ms() < reserve_ms
+
     outcomes: list[Outcome | None] = [None] * len(requests)
 
     async def one(index: int, request: Request) -> None:
         request_id = ids.request_id(batch_id, request.line)
         try:
-            body = await call_backend(limited, request.body)
+            body = await call_backend(_Limited(backend, limiter, out_of_time), request.body)
             outcomes[index] = Outcome(request, 200, body, body.get("id") or request_id)
+        except _NotStarted:  # permits are first come, first served: no later request was sent either
+            return
         except BackendError as error:
             outcomes[index] = Outcome(request, error.status_code, error.body(), request_id)
         except Exception as error:  # a backend bug must cost one line, not the shard
             logger.exception("backend raised", extra={"custom_id": request.custom_id})
             outcomes[index] = Outcome(request, 500, BackendError(500, f"backend error: {error}",
                                                                  type="server_error").body(), request_id)
-        finally:
-            launched.release()
 
-    tasks = []
-    for index, request in enumerate(requests):
-        await launched.acquire()
-        if time_left_ms() < reserve_ms:
-            launched.release()
-            break
-        tasks.append(asyncio.create_task(one(index, request)))
-    await asyncio.gather(*tasks)
-    return [o for o in outcomes[: len(tasks)] if o is not None]
+    # Every request waits for its permit in the limiter from the start (a shard's requests are in
+    # memory anyway), its checks done: a finished request hands its permit straight to the next one,
+    # in one event loop step, and the backend's freed slot is refilled at once.
+    await asyncio.gather(*(one(index, request) for index, request in enumerate(requests)))
+    return list(itertools.takewhile(lambda outcome: outcome is not None, outcomes))
 
 
 def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str, int]]:
@@ -307,9 +330,9 @@ def process_shard(message: queues.ShardMessage, *, owner: str, time_left_ms: Cal
                 return min(time_left_ms(),
                            int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms)
 
-            outcomes = _LOOP.run_until_complete(run_requests(
+            outcomes = _LOOP.run_until_complete(closing(run_requests(
                 backend, requests[start:], batch_id, concurrency=settings.worker_concurrency,
-                time_left_ms=window_left, reserve_ms=settings.time_reserve_ms))
+                time_left_ms=window_left, reserve_ms=settings.time_reserve_ms)))
             if not outcomes:
                 break
             data, output_bytes, counts = render(batch_id, outcomes)

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from batchinfer.backends.base import BackendError
-
-# The shard worker's limiter bounds the requests in flight. httpx's default pool keeps 20 idle
-# connections at most, so above 20 in flight nearly every request opened (and closed) a connection.
-HTTP_POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None)
 
 
 def unencodable_path(value: Any, path: str = "") -> str | None:

@@ -22,22 +22,20 @@ the final error stays `retryable`, so the shard worker may try again later.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import time
 import uuid
-import weakref
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
 from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import HTTP_POOL_LIMITS, require_utf8
+from batchinfer.backends.common import require_utf8
+from batchinfer.backends.http import Answer, post_json
 from batchinfer.backends.openai_compat import parse_retry_after
 from batchinfer.infer.protocol import (
     INT32_MAX,
@@ -72,7 +70,7 @@ class _Response(BaseModel):
     outputs: list[_Output]
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(response: Answer) -> str:
     """The message of a KServe error body `{"error": "..."}`, else the body's text."""
     try:
         data = response.json()
@@ -81,7 +79,7 @@ def _error_text(response: httpx.Response) -> str:
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return data["error"]
     text = response.text.strip()[:_MAX_ERROR_TEXT]
-    return text or f"HTTP {response.status_code} {response.reason_phrase}"
+    return text or f"HTTP {response.status} {response.reason}"
 
 
 class KServeV2Backend:
@@ -101,18 +99,6 @@ class KServeV2Backend:
         self.name = name
         self.config = config
         self.url = f"{str(config.base_url).rstrip('/')}/v2/models/{config.model}/infer"
-        # An AsyncClient's pool belongs to the event loop that used it: one client per live loop.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            client = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout), limits=HTTP_POOL_LIMITS)
-            self._clients[loop] = client
-        return client
 
     # ------------------------------------------------------------------ token requests
 
@@ -157,29 +143,11 @@ class KServeV2Backend:
         return TokenResult(ids, "stop" if stopped else "length")
 
     async def _post(self, body: dict[str, Any]) -> list[int]:
-        try:
-            async with asyncio.timeout(self.config.timeout):
-                response = await self._client().post(self.url, json=body)
-        except (TimeoutError, httpx.TimeoutException):
-            raise BackendError(
-                504,
-                f"The model server did not answer within {self.config.timeout:g} s.",
-                type="server_error",
-                code="timeout",
-                retryable=True,
-            ) from None
-        except httpx.TransportError as exc:
-            raise BackendError(
-                502,
-                f"Cannot reach the model server: {type(exc).__name__}: {exc}",
-                type="server_error",
-                code="upstream_unavailable",
-                retryable=True,
-            ) from None
-        status = response.status_code
+        response = await post_json(self.url, body, timeout=self.config.timeout)
+        status = response.status
         if 200 <= status < 300:
             try:
-                return _Response.model_validate_json(response.content).outputs[0].data
+                return _Response.model_validate_json(response.body).outputs[0].data
             except (ValidationError, IndexError) as exc:
                 raise BackendError(
                     502,

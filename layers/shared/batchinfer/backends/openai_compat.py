@@ -6,18 +6,15 @@ retries (the shard worker owns retries and their budget), it only says whether a
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import os
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import HTTP_POOL_LIMITS, require_utf8
+from batchinfer.backends.common import require_utf8
+from batchinfer.backends.http import Answer, post_json
 
 if TYPE_CHECKING:
     from batchinfer.backends.registry import OpenAICompatConfig
@@ -51,7 +48,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
 
 
-def _upstream_error(response: httpx.Response) -> tuple[str, str | None, str | None, str | None]:
+def _upstream_error(response: Answer) -> tuple[str, str | None, str | None, str | None]:
     """(message, type, code, param) from an error response of any common server flavour."""
     try:
         data = response.json()
@@ -84,7 +81,7 @@ def _upstream_error(response: httpx.Response) -> tuple[str, str | None, str | No
                     None,
                 )
     text = response.text.strip()[:_MAX_ERROR_TEXT]
-    return text or f"HTTP {response.status_code} {response.reason_phrase}", None, None, None
+    return text or f"HTTP {response.status} {response.reason}", None, None, None
 
 
 class OpenAICompatBackend:
@@ -112,26 +109,6 @@ class OpenAICompatBackend:
                     f"model '{name}': environment variable {config.api_key_env} (api_key_env) is not set"
                 )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # An AsyncClient's pool belongs to the event loop that used it; a Lambda may run a new loop per
-        # invocation (asyncio.run), so keep one client per live loop.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            client = httpx.AsyncClient(headers=self._headers, timeout=httpx.Timeout(self.timeout),
-                                       limits=HTTP_POOL_LIMITS)
-            self._clients[loop] = client
-        return client
-
-    async def aclose(self) -> None:
-        """Close the running loop's HTTP client (a later request opens a new one)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Send one chat completions body upstream; return its `chat.completion` with our model name.
@@ -145,29 +122,14 @@ class OpenAICompatBackend:
         - 502 `upstream_unavailable`, retryable: connection refused/reset, protocol errors;
         - 504 `timeout`, retryable: no full answer within `timeout` seconds.
         """
-        require_utf8(body)
         payload = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
         payload["model"] = self.config.model
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await self._client().post(self.url, json=payload)
-        except (TimeoutError, httpx.TimeoutException):
-            raise BackendError(
-                504,
-                f"The model server did not answer within {self.timeout:g} s.",
-                type="server_error",
-                code="timeout",
-                retryable=True,
-            ) from None
-        except httpx.TransportError as exc:
-            raise BackendError(
-                502,
-                f"Cannot reach the model server: {type(exc).__name__}: {exc}",
-                type="server_error",
-                code="upstream_unavailable",
-                retryable=True,
-            ) from None
-        status = response.status_code
+            response = await post_json(self.url, payload, timeout=self.timeout, headers=self._headers)
+        except UnicodeEncodeError:  # found while encoding the body (not by a walk of every request)
+            require_utf8(payload)  # raises, naming the string
+            raise
+        status = response.status
         if 200 <= status < 300:
             return self._completion(response)
         message, err_type, code, param = _upstream_error(response)
@@ -195,7 +157,7 @@ class OpenAICompatBackend:
             code="bad_response",
         )
 
-    def _completion(self, response: httpx.Response) -> dict[str, Any]:
+    def _completion(self, response: Answer) -> dict[str, Any]:
         try:
             data = response.json()
         except (ValueError, UnicodeDecodeError) as exc:
