@@ -26,15 +26,19 @@ def chat_line(custom_id: str) -> str:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every request the worker sends to the model (a spy on the real call)."""
+    """Every request the worker sends to the model (a spy in front of the real backend)."""
     sent: list[str] = []
-    real = worker.call_backend
+    real_wrap = worker.chaos.wrap
 
-    async def spy(backend: Any, body: dict[str, Any]) -> dict[str, Any]:
-        sent.append(body["messages"][0]["content"])
-        return await real(backend, body)
+    class Spy:
+        def __init__(self, backend: Any) -> None:
+            self.backend = backend
 
-    monkeypatch.setattr(worker, "call_backend", spy)
+        async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+            sent.append(body["messages"][0]["content"])
+            return await self.backend.chat_completion(body)
+
+    monkeypatch.setattr(worker.chaos, "wrap", lambda backend: Spy(real_wrap(backend)))
     return sent
 
 
