@@ -37,7 +37,7 @@ def _say(message: str) -> None:
 def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
     from benchmarks import saturation as bench
 
-    result = bench.measure(n=2000, latency=0.5, capacity=48, rounds=3)
+    result = bench.measure(n=2000, latency=0.5, capacity=48, rounds=5)
     limit, worker, plain = result["limit"], result["worker"], result["plain"]
     rows.append(Row(f"backend saturation: shard worker, {result['n']:,} requests, C={result['capacity']}, "
                     f"L={result['latency']:g} s, ceiling {result['ceiling']}",

@@ -124,7 +124,7 @@ def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
 
 
 def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: int | None = None,
-            rounds: int = 3) -> dict[str, Any]:
+            rounds: int = 5) -> dict[str, Any]:
     """Both clients on the same simulated backend, alternating `rounds` times; each side's median run."""
     from batchinfer import worker
     from batchinfer.settings import Settings

@@ -163,3 +163,20 @@ def test_an_overloaded_backend_is_not_retried_once_time_runs_short() -> None:
     # Then it was tried once and recorded as refused
     assert backend.calls == ["p0"]
     assert [o.status_code for o in outcomes] == [429]
+
+
+def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in_flight() -> None:
+    import gc
+
+    frozen_during: list[int] = []
+
+    class Watching(ScriptedBackend):
+        async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+            frozen_during.append(gc.get_freeze_count())
+            return await super().chat_completion(body)
+
+    asyncio.run(run_requests(Watching(), _requests(2), "batch_x", concurrency=2,
+                             time_left_ms=lambda: 10**9, reserve_ms=0))
+
+    assert len(frozen_during) == 2 and min(frozen_during) > 0  # frozen while in flight
+    assert gc.get_freeze_count() == 0  # and handed back to the collector afterwards
