@@ -39,7 +39,8 @@ def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
 
     result = bench.measure(n=2000, latency=0.5, capacity=48, rounds=5)
     limit, worker, plain = result["limit"], result["worker"], result["plain"]
-    rows.append(Row(f"backend saturation: shard worker, {result['n']:,} requests, C={result['capacity']}, "
+    rows.append(Row(f"backend saturation: shard worker, {result['n']:,}-request batch x "
+                    f"{len(result['worker_runs'])}, C={result['capacity']}, "
                     f"L={result['latency']:g} s, ceiling {result['ceiling']}",
                     f"{worker.rate():.1f} req/s", f"C/L = {limit:.0f} req/s", worker.rate() / limit, ">= 0.95",
                     worker.rate() / limit >= 0.95))
@@ -48,10 +49,10 @@ def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
     rows.append(Row("backend saturation: shard worker vs plain client", f"{worker.rate():.1f} req/s",
                     f"{plain.rate():.1f} req/s", worker.rate() / plain.rate(), ">= 1.0 (not below)",
                     worker.rate() >= plain.rate()))
-    notes.append(f"saturation (median of {len(result['worker_runs'])} alternating runs each): worker "
-                 f"{worker.ok} ok / {worker.failed} failed, {worker.refused} answers 429 (found C by "
-                 f"itself), peak {worker.peak} in flight at the backend; plain client {plain.ok} ok / "
-                 f"{plain.failed} failed; "
+    rounds = len(result["worker_runs"])
+    notes.append(f"saturation ({rounds} alternating runs each, summed): worker {worker.ok} ok / {worker.failed} "
+                 f"failed, {worker.refused / rounds:.0f} answers 429 per run (found C by itself), peak "
+                 f"{worker.peak} in flight at the backend; plain client {plain.ok} ok / {plain.failed} failed; "
                  f"runs {', '.join(f'{r.seconds:.2f}' for r in result['worker_runs'])} s (worker) and "
                  f"{', '.join(f'{r.seconds:.2f}' for r in result['plain_runs'])} s (plain); worker CPU "
                  f"{result['worker_cpu_ms_per_request']:.2f} ms per request")

@@ -125,7 +125,8 @@ def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
 
 def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: int | None = None,
             rounds: int = 5) -> dict[str, Any]:
-    """Both clients on the same simulated backend, alternating `rounds` times; each side's median run."""
+    """Both clients on the same simulated backend, alternating `rounds` times; each side's runs summed
+    (its requests/s over all of them: throughput, as the embedded section compares totals)."""
     from batchinfer import worker
     from batchinfer.settings import Settings
 
@@ -141,18 +142,19 @@ def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: in
             worker_runs.append(run_worker(sim, n, ceiling))
             cpu += time.process_time() - started
     return {"n": n, "latency": latency, "capacity": capacity, "ceiling": ceiling, "limit": capacity / latency,
-            "plain": _median(plain_runs), "worker": _median(worker_runs), "plain_runs": plain_runs,
+            "plain": _total(plain_runs), "worker": _total(worker_runs), "plain_runs": plain_runs,
             "worker_runs": worker_runs, "worker_cpu_ms_per_request": 1000 * cpu / (n * rounds)}
 
 
-def _median(runs: list[Run]) -> Run:
-    return sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
+def _total(runs: list[Run]) -> Run:
+    return Run(sum(r.seconds for r in runs), sum(r.ok for r in runs), sum(r.failed for r in runs),
+               sum(r.refused for r in runs), max(r.peak for r in runs))
 
 
 if __name__ == "__main__":
     result = measure()
     for name in ("plain", "worker"):
-        run = result[name]  # the median run
+        run = result[name]  # all runs summed
         print(f"{name:7s} {run.rate():7.1f} req/s = {run.rate() / result['limit']:.3f} of C/L "
               f"({run.seconds:.2f} s, ok {run.ok}, failed {run.failed}, 429s {run.refused}, peak {run.peak})")
     print(f"worker CPU {result['worker_cpu_ms_per_request']:.2f} ms/request")
