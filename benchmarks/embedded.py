@@ -5,8 +5,8 @@ the same 50 prompts run directly through llama.cpp in one loop.
 Both sides decode greedily (temperature 0) with the same sampler settings and `max_tokens`, so they
 generate the same tokens; the stack is warmed first with a one-request batch (a warm Lambda, the
 model loaded), the direct loop loads its model before its clock starts. Stack batches and direct
-loops alternate (direct, stack, direct, stack, direct) and each side's totals are compared, which
-evens out the drift of a noisy machine. The client looks at the batch each time the stack's
+loops alternate (direct, stack, direct, ..., direct: `rounds` stack batches) and each side's totals
+are compared, which evens out the drift of a noisy machine. The client looks at the batch each time the stack's
 functions have all returned (`wait_for`), not on a timer. The direct loop runs in a process of its
 own: llama.cpp's OpenMP (libgomp) keeps one thread team per OS thread that ever ran the model, and
 while two teams exist in a process both run ~25% slower (the stack runs the model on its backend's
