@@ -6,11 +6,11 @@ Both sides decode greedily (temperature 0) with the same sampler settings and `m
 generate the same tokens; the stack is warmed first with a one-request batch (a warm Lambda, the
 model loaded), the direct loop loads its model before its clock starts. Stack batches and direct
 loops alternate (direct, stack, direct, ..., direct: `rounds` stack batches) and each side's totals
-are compared, which evens out the drift of a noisy machine. The client looks at the batch each time the stack's
-functions have all returned (`wait_for`), not on a timer. The direct loop runs in a process of its
-own: llama.cpp's OpenMP (libgomp) keeps one thread team per OS thread that ever ran the model, and
-while two teams exist in a process both run ~25% slower (the stack runs the model on its backend's
-own thread, as a Lambda does).
+are compared, which evens out the drift of a noisy machine. The client looks at the batch each time
+the stack's functions have all returned (`wait_for`), not on a timer. The direct loop runs in a
+process of its own: llama.cpp's OpenMP (libgomp) keeps one thread team per OS thread that ever ran
+the model, and while two teams exist in a process both run ~25% slower (the stack runs the model on
+its backend's own thread, as a Lambda does).
 """
 
 from __future__ import annotations
@@ -67,12 +67,14 @@ def wait_for(stack: Any, client: Any, batch_id: str, timeout_s: float = 1200) ->
     """The terminal Batch object, retrieved through the HTTP API each time the stack's functions have
     all returned since the last look (an in-process signal: a remote client would poll). Polling once
     a second would add half a second per batch, and polling faster takes CPU from the model."""
+    from batchinfer_local.client import TERMINAL
+
     deadline = time.monotonic() + timeout_s
     seen = -1
     while time.monotonic() < deadline:
         if stack.activity.busy == 0 and stack.activity.generation != seen:
             batch = client.retrieve(batch_id)
-            if batch["status"] in ("completed", "failed", "expired", "cancelled"):
+            if batch["status"] in TERMINAL:
                 return batch
             seen = stack.activity.generation  # this retrieve was an invocation too
         time.sleep(0.02)

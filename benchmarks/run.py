@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks.common import HEADER, Row, markdown_table
 
 SECTIONS = ("saturation", "embedded", "prepare", "aggregation", "aws")
+LATENCY_S, CAPACITY = 0.5, 48  # the simulated backend of the saturation section
 
 
 def _say(message: str) -> None:
@@ -37,7 +38,7 @@ def _say(message: str) -> None:
 def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
     from benchmarks import saturation as bench
 
-    result = bench.measure(n=2000, latency=0.5, capacity=48, rounds=5)
+    result = bench.measure(n=2000, latency=LATENCY_S, capacity=CAPACITY, rounds=5)
     limit, worker, plain = result["limit"], result["worker"], result["plain"]
     rows.append(Row(f"backend saturation: shard worker, {result['n']:,}-request batch x "
                     f"{len(result['worker_runs'])}, C={result['capacity']}, "
@@ -112,10 +113,11 @@ def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> s
                     f"{total:.1f}", "", None, "<= 40", total <= 40))
     calls = markdown_table(["service", "operation", "calls per 1,000 requests"],
                            [[s, o, f"{c:.2f}"] for (s, o), c in sorted(per_thousand.items(), key=lambda kv: -kv[1])])
+    backend = f"L = {LATENCY_S:g} s, {CAPACITY} in flight"
     if worker_rate:
-        worker_ms, basis = 1000 / worker_rate, "the saturation run: L = 0.5 s, 48 in flight"
+        worker_ms, basis = 1000 / worker_rate, f"the saturation run: {backend}"
     else:
-        worker_ms, basis = 1000 / 96, "assumed: L = 0.5 s, 48 in flight"
+        worker_ms, basis = 1000 * LATENCY_S / CAPACITY, f"assumed: {backend}"
     cost_rows = bench.cost_per_million(result, worker_ms, basis)
     cost = markdown_table(["item", "$ per million requests", "basis"],
                           [[item, f"{dollars:.2f}", basis] for item, dollars, basis in cost_rows]

@@ -184,10 +184,12 @@ def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
     try:
         limiter = _LIMITERS.get(backend)
     except TypeError:  # not weakly referenceable: a limiter for this run only
-        return AIMDLimiter(maximum, initial=maximum)
+        limiter, backend = None, None
     if limiter is None or limiter.maximum != maximum:
         # From the maximum: the first round trip fills the backend, its refusals say its capacity.
-        limiter = _LIMITERS[backend] = AIMDLimiter(maximum, initial=maximum)
+        limiter = AIMDLimiter(maximum, initial=maximum)
+        if backend is not None:
+            _LIMITERS[backend] = limiter
     return limiter
 
 
@@ -224,6 +226,7 @@ async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: 
     # Every request waits for its permit in the limiter from the start (a shard's requests are in
     # memory anyway), its checks done: a finished request hands its permit straight to the next one,
     # in one event loop step, and the backend's freed slot is refilled at once.
+    #
     # What is alive now (modules, clients, the shard) outlives this window: the collector need not
     # scan it while requests are in flight (a full collection of it stalls the loop ~70 ms).
     gc.freeze()
