@@ -11,9 +11,10 @@ from benchmarks.common import Stopwatch
 
 def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
     """Both timings on a batch of `requests` results (best of `rounds`; the aggregator is idempotent)."""
-    from batchinfer import aws, storage, store
-    from batchinfer.aggregate import finalize_batch
-    from batchinfer.settings import get_settings
+    from batchinfer.core import aws
+    from batchinfer.data import s3, store
+    from batchinfer.pipeline.aggregate import finalize_batch
+    from batchinfer.core.settings import get_settings
 
     from benchmarks.aws_env import moto_environment
     from benchmarks.pipeline import instant_model, run_shards
@@ -31,11 +32,11 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
             with Stopwatch() as ours:
                 assert finalize_batch(batch_id) == "completed"
             best_ours = min(best_ours, ours.seconds)
-            total = sum(storage.size(bucket, f"batches/{batch_id}/{kind}.jsonl") or 0 for kind in ("output", "error"))
+            total = sum(s3.size(bucket, f"batches/{batch_id}/{kind}.jsonl") or 0 for kind in ("output", "error"))
             s3 = aws.client("s3")
             with Stopwatch() as raw:
                 body = s3.get_object(Bucket=bucket, Key=f"batches/{batch_id}/output.jsonl")["Body"]
-                s3.upload_fileobj(body, bucket, f"bench/copy-{round_}.jsonl", Config=storage._TRANSFER)
+                s3.upload_fileobj(body, bucket, f"bench/copy-{round_}.jsonl", Config=s3._TRANSFER)
             best_raw = min(best_raw, raw.seconds)
     mib = total / 2**20
     return {"requests": requests, "shards": shards, "mib": mib, "ours": mib / best_ours, "raw": mib / best_raw}
@@ -43,9 +44,9 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
 
 def _reopen(batch_id: str) -> None:
     # The header as the last shard commit left it: in progress, every shard done, not sealed.
-    from batchinfer import aws
-    from batchinfer.settings import get_settings
-    from batchinfer.store import batch_pk
+    from batchinfer.core import aws
+    from batchinfer.core.settings import get_settings
+    from batchinfer.data.store import batch_pk
 
     aws.client("dynamodb").update_item(
         TableName=get_settings().table_name, Key={"PK": {"S": batch_pk(batch_id)}, "SK": {"S": "META"}},

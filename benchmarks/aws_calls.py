@@ -1,7 +1,7 @@
 """AWS calls per 1,000 requests, by service and operation, and what they cost per million requests.
 
 A batch runs end to end on the local stack (every function's handler, wired by template.yaml, with
-the template's default shard size) against the simulated backend; `batchinfer.aws.on_call` counts
+the template's default shard size) against the simulated backend; `batchinfer.core.aws.on_call` counts
 every call the functions make. The SQS event source mappings' own receives and deletes are made by
 the Lambda service, not by batchinfer: they are estimated (one receive and one delete per message).
 """
@@ -36,7 +36,7 @@ S3_READS = {"GetObject", "HeadObject"}
 def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
     """Run an `n`-request batch through the local stack (template defaults, or `shard_size`
     requests per shard); the calls it made, by (service, operation)."""
-    from batchinfer import aws
+    from batchinfer.core import aws
     from batchinfer_local import LocalStack
 
     from benchmarks.common import quiet_functions

@@ -13,8 +13,8 @@ from benchmarks.common import moto_server
 
 
 def _clear_caches() -> None:
-    from batchinfer import aws
-    from batchinfer.settings import get_settings
+    from batchinfer.core import aws
+    from batchinfer.core.settings import get_settings
 
     for cached in (aws._session, aws._client, aws._table, get_settings):
         cached.cache_clear()

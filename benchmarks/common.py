@@ -65,7 +65,7 @@ def moto_server() -> Iterator[str]:
 
 def quiet_functions() -> None:
     """Keep the functions' INFO logs (one JSON line per shard) out of the benchmark's output."""
-    from batchinfer.observability import logger
+    from batchinfer.core.observability import logger
 
     logger.setLevel("WARNING")
 

@@ -42,7 +42,7 @@ class _Registry:
 @contextmanager
 def instant_model() -> Iterator[None]:
     """Make every model name of the registry answer with `InstantBackend` (prepare and worker)."""
-    from batchinfer import prepare, worker
+    from batchinfer.pipeline import prepare, worker
 
     registry = _Registry(InstantBackend())
     saved = worker.load_registry, prepare.load_registry
@@ -64,10 +64,12 @@ def run_shards(n: int) -> str:
 
     Returns the batch id; the batch is `in_progress` with all shards done (ready to aggregate).
     """
-    from batchinfer import ids, intake, queues, store, worker
-    from batchinfer.prepare import prepare_batch
-    from batchinfer.settings import get_settings
-    from batchinfer.storage import upload_stream
+    from batchinfer.core import ids
+    from batchinfer.data import sqs, store
+    from batchinfer.pipeline import intake, worker
+    from batchinfer.pipeline.prepare import prepare_batch
+    from batchinfer.core.settings import get_settings
+    from batchinfer.data.s3 import upload_stream
 
     bucket = get_settings().bucket_name
     key = f"files/pipeline-{n}-{time.time_ns()}"
@@ -77,7 +79,7 @@ def run_shards(n: int) -> str:
                         input_key=key, endpoint="/v1/chat/completions", completion_window="24h")
     assert prepare_batch(batch_id) == "in_progress"
     for shard in list(store.query_shards(batch_id)):
-        outcome = worker.process_shard(queues.ShardMessage(batch_id=batch_id, shard=shard["shard"]),
+        outcome = worker.process_shard(sqs.ShardMessage(batch_id=batch_id, shard=shard["shard"]),
                                        owner=f"bench/{shard['shard']}", time_left_ms=lambda: 900_000)
         assert outcome == "done", outcome
     return batch_id

@@ -48,10 +48,10 @@ def _chunks(data: bytes, size: int = 1024 * 1024) -> list[bytes]:
 
 def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
     """Lines/s of prepare's validation + sharding and of raw `json.loads`, side by side."""
-    from batchinfer.jsonl import iter_physical_lines
-    from batchinfer.prepare import shard_lines
-    from batchinfer.settings import Settings
-    from batchinfer.validation import FileValidator
+    from batchinfer.validation.jsonl import iter_physical_lines
+    from batchinfer.pipeline.prepare import shard_lines
+    from batchinfer.core.settings import Settings
+    from batchinfer.validation.file import FileValidator
 
     defaults = {name: field.default for name, field in Settings.model_fields.items()}
     raw_lines = list(lines(n))
@@ -83,7 +83,7 @@ def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
 
 def _child(batch_id: str) -> None:
     # In the measured process: prepare one batch, report its peak RSS.
-    from batchinfer.prepare import prepare_batch
+    from batchinfer.pipeline.prepare import prepare_batch
 
     before_kib = _peak_rss_kib()
     started = time.perf_counter()
@@ -101,9 +101,11 @@ def _peak_rss_kib() -> int:
 
 def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int, dict[str, Any]]:
     """Peak RSS (MiB) of `prepare_batch` on files of `sizes` lines, each in a fresh process."""
-    from batchinfer import ids, intake, store
-    from batchinfer.settings import get_settings
-    from batchinfer.storage import upload_stream
+    from batchinfer.core import ids
+    from batchinfer.data import store
+    from batchinfer.pipeline import intake
+    from batchinfer.core.settings import get_settings
+    from batchinfer.data.s3 import upload_stream
 
     from benchmarks.aws_env import moto_environment
 

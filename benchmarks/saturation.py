@@ -1,6 +1,6 @@
 """Backend saturation: the shard worker against a simulated backend of known capacity C/L.
 
-The worker (`batchinfer.worker.run_requests` with the real `openai` backend from a model registry,
+The worker (`batchinfer.pipeline.worker.run_requests` with the real `openai` backend from a model registry,
 on requests parsed from a shard file as prepare writes it) runs a 2,000-request batch with its
 default concurrency ceiling, which is above the backend's capacity: it has to find C by itself.
 The baseline is the ten-line client anyone would write, told C: asyncio + httpx, C in flight.
@@ -107,7 +107,7 @@ def run_plain(sim: SimBackend, n: int) -> Run:
 
 def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
     """`worker.run_requests` on an n-request shard with concurrency ceiling `ceiling`."""
-    from batchinfer import worker
+    from batchinfer.pipeline import worker
     from batchinfer.backends.registry import load_registry
 
     shard = b"".join(b"%d\t%s\n" % (i + 1, json.dumps(request_line(i)).encode()) for i in range(n))
@@ -127,8 +127,8 @@ def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: in
             rounds: int = 5) -> dict[str, Any]:
     """Both clients on the same simulated backend, alternating `rounds` times; each side's runs summed
     (its requests/s over all of them: throughput, as the embedded section compares totals)."""
-    from batchinfer import worker
-    from batchinfer.settings import Settings
+    from batchinfer.pipeline import worker
+    from batchinfer.core.settings import Settings
 
     ceiling = ceiling or Settings.model_fields["worker_concurrency"].default
     plain_runs: list[Run] = []

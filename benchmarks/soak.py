@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from batchinfer import chaos
-from batchinfer.settings import get_settings
+from batchinfer.core import chaos
+from batchinfer.core.settings import get_settings
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
 from benchmarks.common import free_port, server_process

@@ -5,9 +5,9 @@ from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.aggregate import finalize_batch
-from batchinfer.observability import logger, tracer
-from batchinfer.queues import BatchMessage
+from batchinfer.pipeline.aggregate import finalize_batch
+from batchinfer.core.observability import logger, tracer
+from batchinfer.data.sqs import BatchMessage
 
 
 class FinalizeRecord(SqsRecordModel):

@@ -4,7 +4,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api.app import app
-from batchinfer.observability import logger, tracer
+from batchinfer.core.observability import logger, tracer
 
 
 # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: the event holds the caller's API key

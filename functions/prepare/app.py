@@ -5,9 +5,9 @@ from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.observability import logger, tracer
-from batchinfer.prepare import prepare_batch
-from batchinfer.queues import BatchMessage
+from batchinfer.core.observability import logger, tracer
+from batchinfer.pipeline.prepare import prepare_batch
+from batchinfer.data.sqs import BatchMessage
 
 
 class PrepareRecord(SqsRecordModel):

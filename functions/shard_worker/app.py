@@ -5,9 +5,9 @@ from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.observability import logger, tracer
-from batchinfer.queues import ShardMessage
-from batchinfer.worker import process_shard
+from batchinfer.core.observability import logger, tracer
+from batchinfer.data.sqs import ShardMessage
+from batchinfer.pipeline.worker import process_shard
 
 
 class ShardRecord(SqsRecordModel):

@@ -2,8 +2,8 @@
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.observability import logger, tracer
-from batchinfer.sweep import sweep
+from batchinfer.core.observability import logger, tracer
+from batchinfer.pipeline.sweep import sweep
 
 
 @logger.inject_lambda_context

@@ -7,8 +7,8 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3Event
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.observability import logger, tracer
-from batchinfer.uploads import start_from_record
+from batchinfer.core.observability import logger, tracer
+from batchinfer.pipeline.inbox import start_from_record
 
 processor = BatchProcessor(event_type=EventType.SQS)
 

@@ -161,7 +161,7 @@ def _table(args: argparse.Namespace) -> Any:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from batchinfer import accounts
+    from batchinfer.data import accounts
 
     table = _table(args)
     if args.action == "create":
@@ -184,7 +184,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_accounts(args: argparse.Namespace) -> int:
-    from batchinfer import accounts
+    from batchinfer.data import accounts
 
     table = _table(args)
     if args.action == "set":

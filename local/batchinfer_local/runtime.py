@@ -23,7 +23,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer import chaos
+from batchinfer.core import chaos
 
 from .functions import FunctionSpec, Handler, ScheduleEventSpec, SqsEventSpec
 from .moto_compat import md5_hex

@@ -311,7 +311,7 @@ class LocalStack:
         table_name = self._environment.get("TABLE_NAME")
         if not table_name:
             return None
-        from batchinfer import accounts  # the layer package, only needed for batchinfer's own template
+        from batchinfer.data import accounts
 
         self.api_key_generated = not os.environ.get(DEV_API_KEY_ENV)
         secret = os.environ.get(DEV_API_KEY_ENV) or accounts.new_secret()
@@ -401,7 +401,7 @@ class LocalStack:
 
 def _forget_cached_settings() -> None:
     """Drop batchinfer's cached Settings so handlers see this stack's environment, not a previous one."""
-    settings = sys.modules.get("batchinfer.settings")
+    settings = sys.modules.get("batchinfer.core.settings")
     if settings is not None and hasattr(settings, "get_settings"):
         settings.get_settings.cache_clear()
 

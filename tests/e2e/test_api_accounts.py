@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from batchinfer import accounts, ids, store
-from batchinfer.status import BatchStatus, is_terminal
+from batchinfer.core import ids
+from batchinfer.data import accounts, store
+from batchinfer.wire.status import BatchStatus, is_terminal
 from batchinfer_local import LocalStack
 from batchinfer_local.cli import main as cli
 from support.api_stack import (

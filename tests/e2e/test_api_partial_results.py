@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from batchinfer import store
-from batchinfer.sweep import sweep
+from batchinfer.data import store
+from batchinfer.pipeline.sweep import sweep
 from batchinfer_local import LocalStack
 from support.api_stack import (
     SCRIPTED,

@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import (
     use_after_free,
 )
 
-from batchinfer.schemas import window_hours
+from batchinfer.wire.openai import window_hours
 from batchinfer_local import LocalStack
 from support.api_stack import (
     SCRIPTED,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from batchinfer import chaos
-from batchinfer.settings import get_settings
+from batchinfer.core import chaos
+from batchinfer.core.settings import get_settings
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
 from support.invariant import assert_batch_invariant

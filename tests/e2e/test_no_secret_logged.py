@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from batchinfer.observability import logger as powertools_logger
+from batchinfer.core.observability import logger as powertools_logger
 from support.api_stack import (
     MODEL,
     SCRIPTED,

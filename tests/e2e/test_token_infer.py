@@ -24,7 +24,7 @@ from batchinfer.backends import ModelRegistry, load_registry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
 from batchinfer.backends.llama_cpp import find_gguf
 from batchinfer.infer.gguf_tokenizer import tokenizer_files_from_gguf
-from batchinfer.infer.protocol import SamplingParams
+from batchinfer.wire.kserve import SamplingParams
 from tokenizers import Tokenizer
 
 from batchinfer_local import LocalStack

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from batchinfer import locations
-from batchinfer.settings import get_settings
+from batchinfer.data import locations
+from batchinfer.core.settings import get_settings
 from batchinfer_local import LocalStack
 from support.api_stack import api_client, chat_line, jsonl, new_account, wait_for
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from batchinfer import accounts
+from batchinfer.data import accounts
 from support.moto_env import Aws, load_event
 
 # The API events carry this key (for `sam local invoke`, store it with `batchinfer keys` or use your own).

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from batchinfer import accounts
+from batchinfer.data import accounts
 from batchinfer_local import LocalStack
 
 MODEL = "smollm2-135m-instruct"

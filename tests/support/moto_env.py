@@ -17,8 +17,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from batchinfer import aws
-from batchinfer.settings import get_settings
+from batchinfer.core import aws
+from batchinfer.core.settings import get_settings
 from batchinfer_local.functions import FunctionSpec, function_specs, load_handler, merged_environment
 from batchinfer_local.resources import Resources, create_resources
 from batchinfer_local.runtime import LocalLambdaContext

@@ -1,12 +1,12 @@
-"""What each body of shared/cases/16-17-token-infer gets from POST /v2/models/smollm2-135m-instruct/infer
+"""What each body of tests/fixtures/cases/16-17-token-infer gets from POST /v2/models/smollm2-135m-instruct/infer
 with the shipped registry (vocabulary 49152, prompt limit 2047): None for a 200, else the 400's
 (param, message)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from support.cases import CASES as ALL_CASES
 
-CASES = Path("/work/shared/cases/16-17-token-infer")
+CASES = ALL_CASES / "16-17-token-infer"
 _UINT32 = "must be a UINT32 token id, an integer in [0, 4294967295]"
 _VOCAB = "must be a token id of the model's vocabulary, an integer in [0, 49152)"
 _DATATYPE = 'inputs[0].datatype must be "UINT32" (token ids)'

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from batchinfer.backends import BackendError, load_registry
 from batchinfer.backends.llama_cpp import LlamaCppBackend
-from batchinfer.infer.protocol import SamplingParams
+from batchinfer.wire.kserve import SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
 

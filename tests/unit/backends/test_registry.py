@@ -14,7 +14,7 @@ from batchinfer.backends import (
 )
 from batchinfer.backends.llama_cpp import LlamaCppBackend, find_gguf
 from batchinfer.backends.openai_compat import OpenAICompatBackend
-from batchinfer.settings import DEFAULT_REGISTRY
+from batchinfer.core.settings import DEFAULT_REGISTRY
 
 SMOLLM2 = "smollm2-135m-instruct"
 

@@ -20,11 +20,11 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import accounts, batches, files, uploads
+from batchinfer.api import auth, batches, files, uploads
 from batchinfer.api.errors import ApiError
-from batchinfer.jsonl import MAX_JSON_DEPTH, nested_deeper_than
-from batchinfer.observability import logger
-from batchinfer.schemas import ErrorBody, ErrorEnvelope
+from batchinfer.validation.jsonl import MAX_JSON_DEPTH, nested_deeper_than
+from batchinfer.core.observability import logger
+from batchinfer.wire.openai import ErrorBody, ErrorEnvelope
 
 TITLE, VERSION = "batchinfer", "0.1.0"
 _BEARER = HTTPBearer(description="an API key: `batchinfer keys create`")
@@ -65,15 +65,15 @@ def load_body(text: str) -> Any:
 
 
 class BatchApiResolver(APIGatewayHttpResolver):
-    """The HTTP API resolver; each request starts unauthenticated (see `accounts.request_scope`)."""
+    """The HTTP API resolver; each request starts unauthenticated (see `auth.request_scope`)."""
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-        with accounts.request_scope():
+        with auth.request_scope():
             return super().resolve(event, context)
 
 
 app = BatchApiResolver(enable_validation=True, json_body_deserializer=load_body)
-app.use(middlewares=[accounts.auth_middleware])
+app.use(middlewares=[auth.auth_middleware])
 app.include_router(files.router)
 app.include_router(uploads.router)
 app.include_router(batches.router)
@@ -104,10 +104,10 @@ def _unauthenticated() -> Response | None:
     Request validation runs before any middleware; a caller without a valid key must learn that first,
     as OpenAI's API answers 401 before looking at the request.
     """
-    if accounts.authenticated() or app.current_event.path in accounts.OPEN_PATHS:
+    if auth.authenticated() or app.current_event.path in auth.OPEN_PATHS:
         return None
     try:
-        accounts.authenticate(dict(app.current_event.headers or {}))
+        auth.authenticate(dict(app.current_event.headers or {}))
     except ApiError as error:
         return _api_error(error)
     return None
@@ -157,7 +157,7 @@ def _not_found(error: NotFoundError) -> Response:
 def _unexpected(error: Exception) -> Response:
     # Before authentication, only the request itself can have failed to parse (a multipart body without
     # a boundary, a body that is not UTF-8...): the caller's mistake, a 400. After it, it is our bug.
-    if not accounts.authenticated() and isinstance(error, ValueError):
+    if not auth.authenticated() and isinstance(error, ValueError):
         if (denied := _unauthenticated()) is not None:
             return denied
         reason = "it is not valid UTF-8" if isinstance(error, UnicodeDecodeError) else str(error)[:200]

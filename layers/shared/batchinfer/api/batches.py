@@ -10,14 +10,16 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
-from batchinfer import accounts, ids, intake, locations, queues, storage, store
+from batchinfer.core import ids
+from batchinfer.data import accounts, locations, s3, sqs, store
+from batchinfer.pipeline import intake
 from batchinfer.api import links, tokenhub
-from batchinfer.api.accounts import current_account
+from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented
-from batchinfer.observability import logger
-from batchinfer.schemas import Batch, BatchList, CreateBatchRequest, window_hours
-from batchinfer.settings import get_settings
-from batchinfer.status import BatchStatus
+from batchinfer.core.observability import logger
+from batchinfer.wire.openai import Batch, BatchList, CreateBatchRequest, window_hours
+from batchinfer.core.settings import get_settings
+from batchinfer.wire.status import BatchStatus
 
 router = Router()
 # Path ids longer than this can't name anything we store (and DynamoDB keys are capped at 2 KB).
@@ -43,7 +45,7 @@ def batch_view(item: dict[str, Any]) -> Batch:
             key = f"{item['output_prefix']}{kind}.jsonl"
             changes[f"{kind}_file_id"] = locations.located(where, item["output_bucket"], key).uri()
             try:
-                changes[f"{kind}_file_url"] = storage.presigned_get(item["output_bucket"], key, where=where,
+                changes[f"{kind}_file_url"] = s3.presigned_get(item["output_bucket"], key, where=where,
                                                                     expires_in=settings.presign_seconds)
             except locations.InvalidPath:  # COS was switched off since: the path is all we can give
                 logger.warning("no presigned URL for a cos:// result", extra={"batch_id": item["id"]})
@@ -131,5 +133,5 @@ def cancel_batch(batch_id: BatchId) -> Batch:
         raise Conflict(f"Batch {batch_id} is {current['status']} and can no longer be cancelled.",
                        code="batch_not_cancellable")
     # The aggregator seals the batch, turns the unrun requests into `batch_cancelled` lines and ends it.
-    queues.send(get_settings().finalize_queue_url, [queues.BatchMessage(batch_id=batch_id)])
+    sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
     return batch_view(cancelled)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchinfer.schemas import ErrorEnvelope
+from batchinfer.wire.openai import ErrorEnvelope
 
 
 class ApiError(Exception):

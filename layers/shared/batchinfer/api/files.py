@@ -12,12 +12,13 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path, Query, UploadFile
 
-from batchinfer import ids, storage, store
+from batchinfer.core import ids
+from batchinfer.data import s3, store
 from batchinfer.api import links
-from batchinfer.api.accounts import current_account
+from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, NotFound, documented
-from batchinfer.schemas import FileDeleted, FileList, FileObject, check_filename
-from batchinfer.settings import get_settings
+from batchinfer.wire.openai import FileDeleted, FileList, FileObject, check_filename
+from batchinfer.core.settings import get_settings
 
 router = Router()
 # Lambda responses are capped at 6 MB: larger contents are served by a presigned S3 URL (302).
@@ -60,7 +61,7 @@ def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")]
         raise ApiError(f"file: {error}", code="invalid_filename", param="file") from None
     item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
                            filename=filename, account_id=current_account())
-    storage.put_bytes(item["bucket"], item["key"], file.content)
+    s3.put_bytes(item["bucket"], item["key"], file.content)
     store.put_file(item)
     return file_object(item)
 
@@ -89,7 +90,7 @@ def delete_file(file_id: FileId) -> FileDeleted:
     """Delete a file and its bytes."""
     item = owned_file(file_id)
     store.delete_file(file_id)
-    storage.delete(item["bucket"], item["key"], where=item.get("where"))
+    s3.delete(item["bucket"], item["key"], where=item.get("where"))
     return FileDeleted(id=file_id, deleted=True)
 
 
@@ -101,8 +102,8 @@ def file_content(file_id: FileId):  # noqa: ANN201 - Powertools can't model a ra
     item = owned_file(file_id)
     where = item.get("where")
     if item["bytes"] > INLINE_CONTENT_BYTES:
-        url = storage.presigned_get(item["bucket"], item["key"], filename=item["filename"], where=where,
+        url = s3.presigned_get(item["bucket"], item["key"], filename=item["filename"], where=where,
                                     expires_in=get_settings().presign_seconds)
         return Response(status_code=302, headers={"Location": url}, body="")
-    data = storage.get_bytes(item["bucket"], item["key"], where=where)
+    data = s3.get_bytes(item["bucket"], item["key"], where=where)
     return Response(status_code=200, content_type="application/octet-stream", body=data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchinfer.schemas import CHAT_ENDPOINT
+from batchinfer.wire.openai import CHAT_ENDPOINT
 
 CREATE_BATCH = "create_batch_v1_batches_post"
 RETRIEVE_BATCH = "retrieve_batch_v1_batches__batch_id__get"

@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchinfer import locations
-from batchinfer.accounts import Account
+from batchinfer.data import locations
+from batchinfer.data.accounts import Account
 from batchinfer.api.errors import ApiError, Forbidden
 from batchinfer.api.files import owned_file
-from batchinfer.locations import InvalidPath, Location, Unavailable
-from batchinfer.schemas import CHAT_ENDPOINT, CreateBatchRequest
-from batchinfer.settings import get_settings
+from batchinfer.data.locations import InvalidPath, Location, Unavailable
+from batchinfer.wire.openai import CHAT_ENDPOINT, CreateBatchRequest
+from batchinfer.core.settings import get_settings
 
 _SCHEME = {"user_s3": "s3", "user_cos": "cos"}
 _PATH_FIELD = {"user_s3": "output_user_s3_path", "user_cos": "output_user_cos_path"}

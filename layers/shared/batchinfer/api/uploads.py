@@ -20,13 +20,14 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
-from batchinfer import ids, storage, store
+from batchinfer.core import ids
+from batchinfer.data import s3, store
 from batchinfer.api import links
-from batchinfer.api.accounts import current_account
+from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, documented
 from batchinfer.api.files import MAX_ID_LENGTH, file_object, new_file_record
-from batchinfer.schemas import CompleteUploadRequest, CreateUploadRequest, Upload
-from batchinfer.settings import get_settings
+from batchinfer.wire.openai import CompleteUploadRequest, CreateUploadRequest, Upload
+from batchinfer.core.settings import get_settings
 
 router = Router()
 UploadId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
@@ -38,7 +39,7 @@ def upload_view(item: dict[str, Any]) -> Upload:
     if upload.status == "pending" and item["expires_at"] <= store.now():
         return upload.model_copy(update={"status": "expired"})
     if upload.status == "pending":
-        url = storage.presigned_put(item["bucket"], item["key"], content_type=item["mime_type"],
+        url = s3.presigned_put(item["bucket"], item["key"], content_type=item["mime_type"],
                                     expires_in=max(1, item["expires_at"] - store.now()))
         return upload.model_copy(update={"upload_url": url,
                                          "upload_headers": {"Content-Type": item["mime_type"]}})
@@ -82,7 +83,7 @@ def complete_upload(upload_id: UploadId,
     if item["status"] != "pending" or item["expires_at"] <= store.now():
         raise Conflict(f"Upload {upload_id} is {upload_view(item).status} and can't be completed.",
                        code="upload_not_pending")
-    size = storage.size(item["bucket"], item["key"])
+    size = s3.size(item["bucket"], item["key"])
     if size is None:
         raise ApiError("Nothing was uploaded: PUT the file's bytes to upload_url first.",
                        code="upload_incomplete")
@@ -106,5 +107,5 @@ def cancel_upload(upload_id: UploadId) -> Upload:
     if done is None:
         raise Conflict(f"Upload {upload_id} is {item['status']} and can't be cancelled.",
                        code="upload_not_pending")
-    storage.delete(item["bucket"], item["key"])
+    s3.delete(item["bucket"], item["key"])
     return upload_view(done)

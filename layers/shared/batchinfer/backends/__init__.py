@@ -1,6 +1,6 @@
 """Model backends and the registry that maps a request's `model` to one.
 
-    registry = load_registry()                 # batchinfer/models.yaml, or load_registry(path)
+    registry = load_registry()                 # batchinfer/backends/models.yaml, or load_registry(path)
     if "smollm2-135m-instruct" in registry:
         completion = await registry.backend("smollm2-135m-instruct").chat_completion(body)
 

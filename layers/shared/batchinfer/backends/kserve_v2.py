@@ -1,7 +1,7 @@
 """The KServe v2 token backend: a remote server taking `POST /v2/models/{model}/infer` with UINT32 token
 ids, as MindIE's token inference interface, Triton-style servers and this project's own `/v2` do.
 
-Request and response shapes: `batchinfer.infer.protocol` (KServe v2 / Open Inference Protocol,
+Request and response shapes: `batchinfer.wire.kserve` (KServe v2 / Open Inference Protocol,
 https://kserve.github.io/website/docs/concepts/architecture/data-plane/v2-protocol).
 
 Token requests (`generate_tokens`) are sent with every parameter explicit. Chat requests
@@ -37,7 +37,7 @@ from batchinfer.backends.base import BackendError
 from batchinfer.backends.common import require_utf8
 from batchinfer.backends.http import Answer, post_json
 from batchinfer.backends.openai_compat import parse_retry_after
-from batchinfer.infer.protocol import (
+from batchinfer.wire.kserve import (
     INT32_MAX,
     UINT64_MAX,
     ModelLimits,

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from batchinfer.backends.base import BackendError
 from batchinfer.backends.common import require_utf8
-from batchinfer.infer.protocol import (
+from batchinfer.wire.kserve import (
     DEFAULT_PRIORITY,
     DEFAULT_TOP_K,
     ModelLimits,

@@ -1,6 +1,6 @@
 """The model registry: which model names a deployment serves, and the backend that answers each.
 
-The registry is a YAML file (default: `batchinfer/models.yaml`, overridable with the MODEL_REGISTRY
+The registry is a YAML file (default: `batchinfer/backends/models.yaml`, overridable with the MODEL_REGISTRY
 setting) of the shape::
 
     models:
@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from batchinfer.settings import DEFAULT_REGISTRY
+from batchinfer.core.settings import DEFAULT_REGISTRY
 
 if TYPE_CHECKING:
     from batchinfer.backends.base import ChatBackend
@@ -301,7 +301,7 @@ def _load_cached(path: Path) -> ModelRegistry:
 
 
 def load_registry(path: Path | str | None = None) -> ModelRegistry:
-    """The registry in YAML file `path` (default: the packaged `batchinfer/models.yaml`).
+    """The registry in YAML file `path` (default: the packaged `batchinfer/backends/models.yaml`).
 
     Cached per resolved path, so every caller in a process shares one registry and hence one
     backend per model. Raises `RegistryError` when the file is unreadable, not YAML, or invalid.

@@ -8,7 +8,7 @@ Routes (KServe v2 HTTP/REST, https://kserve.github.io/website/docs/concepts/arch
 | `GET /v2/health/live`, `/v2/health/ready` | `{"live": true}`, `{"ready": true}`                        |
 | `GET /v2/models/{m}`                    | `{"name", "platform", "inputs", "outputs"}` (model metadata)  |
 | `GET /v2/models/{m}/ready`              | `{"name", "ready": true}` once the model is loaded            |
-| `POST /v2/models/{m}/infer`             | token inference, see `batchinfer.infer.protocol`              |
+| `POST /v2/models/{m}/infer`             | token inference, see `batchinfer.wire.kserve`              |
 | `.../versions/{v}/...`                  | 400: model versions are not supported (as in MindIE)          |
 
 Every failure is `{"error": "<message>"}`: 400 for a bad request, 404 for an unknown model or route,
@@ -26,10 +26,10 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from batchinfer.backends import load_registry
-from batchinfer.infer.protocol import DATATYPE, INPUT_NAME, OUTPUT_NAME, InferError, load_json
+from batchinfer.wire.kserve import DATATYPE, INPUT_NAME, OUTPUT_NAME, InferError, load_json
 from batchinfer.infer.service import infer, model_limits, token_backend
-from batchinfer.observability import logger
-from batchinfer.settings import get_settings
+from batchinfer.core.observability import logger
+from batchinfer.core.settings import get_settings
 
 app = APIGatewayHttpResolver()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from batchinfer.backends.base import BackendError
 from batchinfer.backends.registry import BackendNotImplemented, ModelNotFound, ModelRegistry, RegistryError
-from batchinfer.infer.protocol import (
+from batchinfer.wire.kserve import (
     InferError,
     ModelLimits,
     TokenBackend,

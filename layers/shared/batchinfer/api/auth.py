@@ -1,0 +1,89 @@
+"""Who is calling: the request's bearer API key, resolved to its account.
+
+Clients send `Authorization: Bearer <key>`, as with OpenAI's API
+(https://platform.openai.com/docs/api-reference/authentication). A missing, unknown or revoked key is
+401 `invalid_api_key`. Every route scopes its reads and writes by `current_account()`: another
+account's batch or file is answered as if it did not exist (404), and never listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response
+
+from batchinfer.data import accounts
+from batchinfer.data.accounts import ApiKey
+from batchinfer.api.errors import ApiError
+
+# Served without a key: the API's own description.
+OPEN_PATHS = frozenset({"/v1/openapi.json", "/v1/swagger"})
+
+_caller: ContextVar[ApiKey | None] = ContextVar("batchinfer_caller", default=None)
+
+
+class Unauthorized(ApiError):
+    """401 with `WWW-Authenticate: Bearer` (RFC 6750)."""
+
+    status = 401
+
+    def __init__(self, message: str, code: str = "invalid_api_key") -> None:
+        super().__init__(message, code=code, headers={"WWW-Authenticate": 'Bearer realm="batchinfer"'})
+
+
+def bearer_token(headers: dict[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), else None."""
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+    if not value:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def authenticate(headers: dict[str, str]) -> ApiKey:
+    """The live API key of a request's headers; raises `Unauthorized`."""
+    token = bearer_token(headers)
+    if token is None:
+        raise Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+                           code="missing_api_key")
+    key = accounts.authenticate(token)
+    if key is None:
+        # OpenAI shows the key's first and last characters; a short preview is enough to spot a typo.
+        shown = f"{token[:6]}...{token[-4:]}" if len(token) > 12 else "***"
+        raise Unauthorized(f"Incorrect API key provided: {shown}.")
+    return key
+
+
+@contextmanager
+def request_scope() -> Iterator[None]:
+    """Each request starts unauthenticated (one Lambda environment serves requests one after another)."""
+    token = _caller.set(None)
+    try:
+        yield
+    finally:
+        _caller.reset(token)
+
+
+def auth_middleware(app: Any, next_middleware: Callable[..., Response]) -> Response:
+    """Powertools middleware: authenticate every route but `OPEN_PATHS`, then call the route."""
+    if app.current_event.path not in OPEN_PATHS:
+        _caller.set(authenticate(dict(app.current_event.headers or {})))
+    return next_middleware(app)
+
+
+def authenticated() -> bool:
+    """True once this request's key has been accepted."""
+    return _caller.get() is not None
+
+
+def current_account() -> str:
+    """The caller's account id. Raises RuntimeError outside an authenticated request."""
+    key = _caller.get()
+    if key is None:
+        raise RuntimeError("no authenticated caller in this request")
+    return key.account_id

@@ -1,0 +1,3 @@
+"""Infrastructure every layer uses: settings, observability, AWS clients, identifiers, fault injection.
+
+Imports nothing else of batchinfer."""

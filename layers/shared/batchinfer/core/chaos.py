@@ -1,0 +1,79 @@
+"""Fault injection for the local stack's chaos mode; inert unless `BATCHINFER_CHAOS` is set.
+
+`BATCHINFER_CHAOS` is a JSON object of fault rates in [0, 1] and a seed, e.g.
+`{"seed": 7, "crash_before_commit": 0.05, "crash_after_commit": 0.05, "backend_error": 0.05,
+"slow_backend": 0.05, "duplicate_delivery": 0.05}`. Crashes raise `ChaosCrash` at named points of
+the pipeline (the handler then fails like a crashed Lambda: SQS redelivers); backend faults are
+injected by `batchinfer.backends.chaos.ChaosBackend`; duplicate delivery is done by the local stack's SQS pollers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from collections import Counter
+from functools import lru_cache
+from pydantic import BaseModel, ConfigDict, Field
+
+
+
+class ChaosConfig(BaseModel):
+    """Fault rates (probability per opportunity) and the seed of their random choices."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    crash_before_commit: float = Field(0.0, ge=0, le=1)
+    crash_after_commit: float = Field(0.0, ge=0, le=1)
+    crash_in_aggregator: float = Field(0.0, ge=0, le=1)
+    backend_error: float = Field(0.0, ge=0, le=1)
+    slow_backend: float = Field(0.0, ge=0, le=1)
+    slow_backend_seconds: float = Field(0.5, ge=0)
+    duplicate_delivery: float = Field(0.0, ge=0, le=1)
+
+
+class ChaosCrash(RuntimeError):
+    """An injected crash: the invocation ends here, as if the Lambda had died."""
+
+
+_lock = threading.Lock()
+# How many times each fault fired since the last `reset()` (tests check the faults happened).
+injected: Counter[str] = Counter()
+
+
+@lru_cache(maxsize=1)
+def state() -> tuple[ChaosConfig, dict[str, random.Random]] | None:
+    """The parsed `BATCHINFER_CHAOS` config and one random stream per fault, or None when chaos is off."""
+    raw = os.environ.get("BATCHINFER_CHAOS")
+    if not raw:
+        return None
+    config = ChaosConfig.model_validate(json.loads(raw))
+    # One stream per fault: a fault's draws don't depend on how other faults' draws interleave.
+    return config, {name: random.Random(f"{config.seed}/{name}") for name in ChaosConfig.model_fields}
+
+
+def reset() -> None:
+    """Forget the cached config and the fault counts (tests change `BATCHINFER_CHAOS` between runs)."""
+    state.cache_clear()
+    injected.clear()
+
+
+def roll(fault: str) -> bool:
+    """True with the configured probability of `fault` (always False when chaos is off)."""
+    current = state()
+    if current is None:
+        return False
+    config, streams = current
+    with _lock:
+        fired = streams[fault].random() < getattr(config, fault)
+        if fired:
+            injected[fault] += 1
+        return fired
+
+
+def crash_point(fault: str) -> None:
+    """Raise `ChaosCrash` here with the probability of `fault`."""
+    if roll(fault):
+        raise ChaosCrash(fault)

@@ -1,0 +1,70 @@
+"""Typed settings read once from the environment (set by `template.yaml` Globals, or by the local stack)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_REGISTRY = Path(__file__).parents[1] / "backends" / "models.yaml"
+
+
+class Settings(BaseSettings):
+    """Deployment settings; every field maps to the upper-case environment variable of the same name.
+
+    Raises `pydantic.ValidationError` at first use when a required variable is missing.
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    table_name: str
+    bucket_name: str
+    prepare_queue_url: str = ""
+    shards_queue_url: str = ""
+    finalize_queue_url: str = ""
+    # Defaults measured by `make bench` (README "Performance"), kept equal to template.yaml's.
+    shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
+    worker_concurrency: int = Field(64, ge=1, le=256,
+                                    description="most requests in flight per shard worker (it adapts below)")
+    max_requests_per_file: int = Field(50_000, ge=1)
+    max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
+    max_line_bytes: int = Field(1024 * 1024, ge=1)
+    max_line_errors: int = Field(1_000, ge=1, description="cap on errors.data entries of a failed batch")
+    inbox_prefix: str = "inbox/"
+    outbox_prefix: str = "outbox/"
+    model_registry: Path = DEFAULT_REGISTRY
+    # Stop a shard this long before the Lambda time limit and continue in a new message.
+    time_reserve_ms: int = Field(30_000, ge=0)
+    # Commit a shard's finished requests this often, so a crash loses at most this much work.
+    checkpoint_seconds: float = Field(60.0, gt=0)
+    # Claims of one shard before its remaining requests are failed (below the queue's maxReceiveCount).
+    max_shard_attempts: int = Field(4, ge=1)
+    # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).
+    shard_lease_seconds: int | None = Field(None, ge=1)
+    # A batch with no progress for this long has lost a message: the sweeper sends it again.
+    stuck_after_seconds: int = Field(900, ge=1)
+    # Per-account limits (an account item may override them): batch creations per calendar
+    # minute and batches not yet terminal. Over either, POST /v1/batches answers 429.
+    max_creates_per_minute: int = Field(20, ge=1)
+    max_active_batches: int = Field(10, ge=1)
+    # The account that owns batches started by an inbox upload (no API key is involved).
+    inbox_account_id: str = "default"
+    # Lifetime of presigned S3 URLs: downloads (large file contents, user-path results) and uploads.
+    presign_seconds: int = Field(900, ge=60, le=7 * 24 * 3600)
+    upload_expires_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)
+    # `cos://bucket.region/key` paths (TokenHub dialect) go to this S3-compatible endpoint; `{region}`
+    # is replaced by the path's region (Tencent COS: https://cos.{region}.myqcloud.com). Empty: no COS.
+    cos_endpoint_url: str = ""
+    cos_addressing_style: Literal["auto", "virtual", "path"] = "virtual"
+    # Secrets Manager secret (name or ARN) holding {"access_key_id", "secret_access_key"} for COS;
+    # empty: the default AWS credential chain (local stacks).
+    cos_credentials_secret: str = ""
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (validated once)."""
+    return Settings()  # type: ignore[call-arg]

@@ -1,0 +1,163 @@
+"""User storage paths of the TokenHub dialect: `s3://bucket/key` and `cos://bucket.region/key`.
+
+A TokenHub batch names its input object and its output prefix in the user's own storage instead of
+an uploaded file (`input_source: user_s3 | user_cos`, `output_target: user_s3 | user_cos`). S3 paths
+are read with the deployment's AWS credentials; COS paths (Tencent Cloud Object Storage, an
+S3-compatible API) go to the endpoint configured by the `COS_ENDPOINT_URL` setting, where `{region}`
+is replaced by the region named in the path (COS: https://cloud.tencent.com/document/product/436/37421).
+
+Where an object lives is kept on batch and file items as a short `where` string: `""` for AWS S3,
+`"cos:<region>"` for COS; `s3_client(where)` gives the boto3 client for it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from batchinfer.core import aws
+from batchinfer.core.settings import get_settings
+
+Scheme = Literal["s3", "cos"]
+# S3 bucket naming rules (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html);
+# COS buckets are `<name>-<appid>` without dots, so the first dot of a cos:// host ends the bucket.
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_COS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}[a-z0-9]$")
+MAX_KEY_BYTES = 1024  # S3 and COS object key limit
+
+
+class InvalidPath(ValueError):
+    """A path that is not `s3://bucket/key` or `cos://bucket.region/key` (the message says why)."""
+
+
+class Unavailable(Exception):
+    """An object or bucket that cannot be read or written; `code` is the storage error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """An object (or, for outputs, a key prefix) in user storage."""
+
+    scheme: Scheme
+    bucket: str
+    key: str
+    region: str | None = None
+
+    @property
+    def where(self) -> str:
+        """`""` for AWS S3, `"cos:<region>"` for COS (see the module docstring)."""
+        return f"cos:{self.region}" if self.scheme == "cos" else ""
+
+    @property
+    def bucket_ref(self) -> str:
+        """`s3://bucket` or `cos://bucket`: how an account's bucket allowlist names this bucket."""
+        return f"{self.scheme}://{self.bucket}"
+
+    def uri(self, key: str | None = None) -> str:
+        """The path of this location, or of `key` in the same bucket."""
+        host = f"{self.bucket}.{self.region}" if self.scheme == "cos" else self.bucket
+        return f"{self.scheme}://{host}/{self.key if key is None else key}"
+
+
+def parse(uri: str, scheme: Scheme, *, prefix: bool = False) -> Location:
+    """Parse `s3://bucket/key` (scheme `s3`) or `cos://bucket.region/key` (scheme `cos`).
+
+    With `prefix`, the key is an output prefix: it may be empty, and it is given a trailing `/`.
+    Raises `InvalidPath` naming the problem.
+    """
+    head = f"{scheme}://"
+    if not uri.startswith(head):
+        example = "s3://bucket/key" if scheme == "s3" else "cos://bucket.region/key"
+        raise InvalidPath(f"expected a {scheme}:// path such as {example!r}, got {uri[:80]!r}")
+    host, _, key = uri[len(head):].partition("/")
+    region = None
+    if scheme == "cos":
+        bucket, _, region = host.partition(".")
+        if not _REGION.match(region):
+            raise InvalidPath(f"cos:// paths name the bucket and its region, 'cos://bucket.region/key'; "
+                              f"got host {host!r}")
+        pattern = _COS_BUCKET
+    else:
+        bucket, pattern = host, _S3_BUCKET
+    if not pattern.match(bucket) or ".." in bucket:
+        raise InvalidPath(f"{bucket!r} is not a valid bucket name")
+    if prefix:
+        key = key if not key or key.endswith("/") else key + "/"
+    elif not key or key.endswith("/"):
+        raise InvalidPath(f"{uri[:120]!r} names no object (the key is empty or ends with '/')")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise InvalidPath(f"the key is longer than {MAX_KEY_BYTES} bytes")
+    return Location(scheme, bucket, key, region)
+
+
+@lru_cache(maxsize=16)
+def _cos_client(region: str, endpoint: str, style: str, secret: str) -> Any:
+    credentials: dict[str, str] = {}
+    if secret:
+        from aws_lambda_powertools.utilities import parameters
+
+        value = parameters.get_secret(secret, transform="json", max_age=300)
+        credentials = {"aws_access_key_id": value["access_key_id"],
+                       "aws_secret_access_key": value["secret_access_key"]}
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint.format(region=region), region_name=region,
+        config=Config(s3={"addressing_style": style}, signature_version="s3v4",
+                      retries={"mode": "standard", "max_attempts": 5}),
+        **credentials)
+
+
+def s3_client(where: str | None = None) -> Any:
+    """The boto3 S3 client for objects at `where` (`""`/None: AWS S3; `"cos:<region>"`: COS).
+
+    Raises `InvalidPath` for COS when the deployment has no `COS_ENDPOINT_URL`.
+    """
+    if not where:
+        return aws.client("s3")
+    kind, _, region = where.partition(":")
+    settings = get_settings()
+    if kind != "cos" or not settings.cos_endpoint_url:
+        raise InvalidPath("cos:// paths are not enabled on this deployment (COS_ENDPOINT_URL is not set)")
+    return _cos_client(region, settings.cos_endpoint_url, settings.cos_addressing_style,
+                       settings.cos_credentials_secret)
+
+
+def check_readable(location: Location) -> int:
+    """Size in bytes of the object at `location`; raises `Unavailable` when it can't be read."""
+    try:
+        head = s3_client(location.where).head_object(Bucket=location.bucket, Key=location.key)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "Unknown")
+        raise Unavailable(code, f"{location.uri()} cannot be read ({code})") from None
+    except BotoCoreError as error:
+        raise Unavailable("EndpointError",
+                          f"{location.uri()} cannot be read ({type(error).__name__})") from None
+    return int(head["ContentLength"])
+
+
+def check_bucket(location: Location) -> None:
+    """Raise `Unavailable` unless the bucket of `location` exists and is reachable."""
+    try:
+        s3_client(location.where).head_bucket(Bucket=location.bucket)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "Unknown")
+        raise Unavailable(code, f"bucket {location.bucket_ref} cannot be used ({code})") from None
+    except BotoCoreError as error:
+        raise Unavailable("EndpointError", f"bucket {location.bucket_ref} cannot be used "
+                                           f"({type(error).__name__})") from None
+
+
+def located(where: str | None, bucket: str, key: str) -> Location:
+    """The `Location` of an object stored at (`where`, `bucket`, `key`) (inverse of `Location.where`)."""
+    kind, _, region = (where or "").partition(":")
+    return Location("cos", bucket, key, region) if kind == "cos" else Location("s3", bucket, key)

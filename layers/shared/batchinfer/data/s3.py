@@ -1,0 +1,181 @@
+"""S3 access that streams: bounded memory whatever the object size.
+
+Keys in the service bucket (DESIGN.md): `files/<file_id>`, `batches/<id>/shards/<n>.jsonl`,
+`batches/<id>/results/<n>.<start>.jsonl`, `batches/<id>/output.jsonl`, `batches/<id>/error.jsonl`.
+Objects in user storage (TokenHub paths) take `where` (see `batchinfer.data.locations`): `""` or None is
+AWS S3, `"cos:<region>"` the configured COS endpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote
+
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+
+from batchinfer.data.locations import s3_client
+
+CHUNK_BYTES = 1024 * 1024
+# 8 MiB parts: above S3's 5 MiB multipart minimum, and bounded memory (s3transfer queues a few).
+_TRANSFER = TransferConfig(multipart_threshold=8 * 1024 * 1024, multipart_chunksize=8 * 1024 * 1024,
+                           max_concurrency=4, use_threads=True)
+
+
+def shard_key(batch_id: str, shard: int) -> str:
+    return f"batches/{batch_id}/shards/{shard:05d}.jsonl"
+
+
+def result_key(batch_id: str, shard: int, start: int) -> str:
+    """Results of requests `[start, ...)` of a shard: deterministic, so a retry overwrites."""
+    return f"batches/{batch_id}/results/{shard:05d}.{start:05d}.jsonl"
+
+
+def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None,
+                where: str | None = None) -> Iterator[bytes]:
+    """The bytes of an object (or of the range `[start, end)`) in chunks of about 1 MiB.
+
+    Raises botocore `ClientError` (`NoSuchKey`, `AccessDenied`) when the object can't be read.
+    """
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if start or end is not None:
+        if end is not None and end <= start:
+            return
+        kwargs["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+    body = s3_client(where).get_object(**kwargs)["Body"]
+    try:
+        yield from body.iter_chunks(CHUNK_BYTES)
+    finally:
+        body.close()
+
+
+def iter_ranges(bucket: str, ranges: Iterable[tuple[str, int, int]], *, ahead: int = 4,
+                where: str | None = None) -> Iterator[bytes]:
+    """The bytes of each `(key, start, end)` range of `bucket`, in order, up to `ahead` GETs at once.
+
+    For many small objects (the result parts of a batch) S3's latency, not its bandwidth, is the
+    limit: fetching the next ranges while the current one is consumed hides it. Each range is read
+    whole, so memory holds about `ahead` ranges. Empty ranges cost no request.
+    """
+    client = s3_client(where)
+
+    def fetch(key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        return client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+
+    todo = iter(ranges)
+    with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="s3-ranges") as pool:
+        pending = deque(pool.submit(fetch, *r) for r in itertools.islice(todo, ahead))
+        while pending:
+            data = pending.popleft().result()
+            if (following := next(todo, None)) is not None:
+                pending.append(pool.submit(fetch, *following))
+            if data:
+                yield data
+
+
+def get_bytes(bucket: str, key: str, *, where: str | None = None) -> bytes:
+    """A whole (small) object: shard inputs and results, never user files."""
+    return s3_client(where).get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def put_bytes(bucket: str, key: str, data: bytes, content_type: str = "application/jsonl", *,
+              where: str | None = None, metadata: dict[str, str] | None = None) -> None:
+    """One PUT of a small object, with optional user metadata (`x-amz-meta-*`)."""
+    s3_client(where).put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type,
+                                Metadata=metadata or {})
+
+
+def head_metadata(bucket: str, key: str) -> dict[str, str] | None:
+    """The user metadata of an object in the service bucket, or None when there is no such object."""
+    try:
+        return s3_client(None).head_object(Bucket=bucket, Key=key)["Metadata"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+class _IterReader(io.RawIOBase):
+    """A read-only file object over an iterable of byte chunks (for `upload_fileobj`)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = memoryview(b"")  # slicing a memoryview copies nothing
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = memoryview(next(self._chunks))
+            except StopIteration:
+                return 0
+        size = min(len(target), len(self._buffer))
+        target[:size] = self._buffer[:size]
+        self._buffer = self._buffer[size:]
+        self.total += size
+        return size
+
+
+def upload_stream(bucket: str, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl", *,
+                  where: str | None = None) -> int:
+    """Stream chunks into one object (multipart above 8 MiB, by s3transfer). Returns bytes written."""
+    reader = _IterReader(chunks)
+    s3_client(where).upload_fileobj(io.BufferedReader(reader, CHUNK_BYTES), bucket, key,
+                                ExtraArgs={"ContentType": content_type}, Config=_TRANSFER)
+    return reader.total
+
+
+def presigned_get(bucket: str, key: str, *, expires_in: int = 900, filename: str | None = None,
+                  where: str | None = None) -> str:
+    """A short-lived (`expires_in` seconds) download URL for an object."""
+    params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if filename:
+        params["ResponseContentDisposition"] = content_disposition(filename)
+    return s3_client(where).generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in)
+
+
+def content_disposition(filename: str) -> str:
+    """`Content-Disposition: attachment` naming `filename` safely, whatever it holds (RFC 6266).
+
+    `filename="..."` is an ASCII fallback in which quotes, backslashes, slashes, control and
+    non-ASCII characters become `_` (so no name can close the quotes or break the header), and
+    `filename*=UTF-8''...` the exact name, percent-encoded (RFC 8187), which clients prefer.
+    """
+    fallback = "".join(c if " " <= c <= "~" and c not in '"\\/' else "_" for c in filename)
+    exact = quote(filename.encode("utf-8", "replace"), safe="")
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}"
+
+
+def presigned_put(bucket: str, key: str, *, expires_in: int, content_type: str | None = None) -> str:
+    """A URL that accepts one `PUT` of the object's bytes for `expires_in` seconds (service bucket).
+
+    With `content_type`, the PUT must send that `Content-Type` (it is part of the signature).
+    """
+    params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if content_type:
+        params["ContentType"] = content_type
+    return s3_client().generate_presigned_url("put_object", Params=params, ExpiresIn=expires_in)
+
+
+def size(bucket: str, key: str, *, where: str | None = None) -> int | None:
+    """The size in bytes of an object, or None when there is no such object."""
+    try:
+        return int(s3_client(where).head_object(Bucket=bucket, Key=key)["ContentLength"])
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+def delete(bucket: str, key: str, *, where: str | None = None) -> None:
+    s3_client(where).delete_object(Bucket=bucket, Key=key)

@@ -1,0 +1,45 @@
+"""Batches started by uploading a `.jsonl` under the inbox prefix of the service bucket.
+
+Convention: `inbox/<path>.jsonl` becomes a `/v1/chat/completions` batch with a 24h window; its
+results land in `outbox/<path>/output.jsonl` and `outbox/<path>/error.jsonl`. The batch id is derived
+from the object (bucket, key, version or ETag), so a repeated event never starts a second batch.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote_plus
+
+from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
+
+from batchinfer.core import ids
+from batchinfer.pipeline import intake
+from batchinfer.wire.openai import CHAT_ENDPOINT
+from batchinfer.core.settings import get_settings
+
+
+def outbox_prefix(key: str) -> str:
+    """`inbox/a/b.jsonl` -> `outbox/a/b/`."""
+    settings = get_settings()
+    relative = key[len(settings.inbox_prefix):] if key.startswith(settings.inbox_prefix) else key
+    return f"{settings.outbox_prefix}{relative.removesuffix('.jsonl')}/"
+
+
+def start_from_record(record: S3EventRecord) -> str | None:
+    """Create the batch of one S3 `ObjectCreated` record; returns its id, or None for other keys.
+
+    S3 event keys are URL-encoded (`+` for a space): decoded here exactly once with `unquote_plus`
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/notification-content-structure.html).
+    Powertools' per-record `get_object.key` is the raw, still-encoded key.
+    """
+    settings = get_settings()
+    bucket, obj = record.s3.bucket.name, record.s3.get_object
+    key = unquote_plus(obj.key)
+    if not (key.startswith(settings.inbox_prefix) and key.endswith(".jsonl")):
+        return None
+    version = obj.version_id or obj.etag or obj.sequencer or ""
+    batch_id = ids.batch_id_for_object(bucket, key, version)
+    intake.create_batch(batch_id=batch_id, account_id=settings.inbox_account_id,
+                        input_file_id=f"s3://{bucket}/{key}", input_bucket=bucket, input_key=key,
+                        endpoint=CHAT_ENDPOINT, completion_window="24h",
+                        output_bucket=bucket, output_prefix=outbox_prefix(key))
+    return batch_id

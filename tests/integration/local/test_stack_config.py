@@ -1,0 +1,230 @@
+"""The local stack reading templates: the real template.yaml resolved against moto, and the
+configuration errors it must report clearly (leaving nothing running and the environment as it was).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+from moto import mock_aws
+
+from batchinfer_local import LocalStack, TemplateError
+from batchinfer_local.functions import function_specs, merged_environment
+from batchinfer_local.resources import create_resources
+from batchinfer_local.template import Resolver, load_template
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
+    """In-process moto with boto3 clients (no endpoint override, dummy credentials)."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        yield {name: boto3.client(name, region_name="us-east-1") for name in ("sqs", "dynamodb", "s3")}
+
+
+def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str, object]) -> None:
+    template = load_template(REPO / "template.yaml")
+    resolver = Resolver(template, {"ShardSize": "10"})
+    resolver.add_resource("HttpApi", "HttpApi")
+    made = create_resources(template, resolver, aws)
+    specs = {spec.logical_id: spec for spec in function_specs(template, REPO, resolver)}
+
+    assert made.tables == {"BatchTable": "batchinfer-local-BatchTable"}
+    assert made.buckets == {"DataBucket": "batchinfer-123456789012-us-east-1-data"}
+    assert made.redrive == {
+        "UploadsQueue": ("UploadsDeadLetterQueue", 5),
+        "PrepareQueue": ("PrepareDeadLetterQueue", 5),
+        "ShardsQueue": ("ShardsDeadLetterQueue", 5),
+        "FinalizeQueue": ("FinalizeDeadLetterQueue", 5),
+    }
+    assert made.notification_queues == {"UploadsQueue"}
+    environment = merged_environment(list(specs.values()))
+    assert environment == {
+        "POWERTOOLS_SERVICE_NAME": "batchinfer",
+        "POWERTOOLS_METRICS_NAMESPACE": "batchinfer",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "TABLE_NAME": "batchinfer-local-BatchTable",
+        "BUCKET_NAME": "batchinfer-123456789012-us-east-1-data",
+        "PREPARE_QUEUE_URL": made.queue_urls["PrepareQueue"],
+        "SHARDS_QUEUE_URL": made.queue_urls["ShardsQueue"],
+        "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
+        "SHARD_SIZE": "10",  # the override
+        "WORKER_CONCURRENCY": "64",  # the default, as the string CloudFormation passes
+        "COS_ENDPOINT_URL": "",
+        "COS_CREDENTIALS_SECRET": "batchinfer/cos",
+        "MAX_ACTIVE_BATCHES": "10",  # ApiFunction's own variables
+        "MAX_CREATES_PER_MINUTE": "20",
+    }
+    assert made.queue_urls["PrepareQueue"].endswith("/123456789012/batchinfer-local-PrepareQueue")
+    assert {lid: (s.timeout, s.memory_size) for lid, s in specs.items()} == {
+        "ApiFunction": (29, 512),
+        "UploadTriggerFunction": (60, 512),
+        "PrepareFunction": (900, 1024),
+        "ShardWorkerFunction": (900, 3008),
+        "AggregatorFunction": (900, 1024),
+        "SweeperFunction": (300, 512),
+        "TokenInferFunction": (29, 3008),
+    }
+    assert specs["ShardWorkerFunction"].handler_file == REPO / "functions" / "shard_worker" / "app.py"
+    assert specs["ApiFunction"].handler_file == REPO / "functions" / "api" / "app.py"
+    assert {s.handler_name for s in specs.values()} == {"lambda_handler"}
+    assert [e.route_key for e in specs["ApiFunction"].events] == ["ANY /v1/{proxy+}"]
+
+    sqs, dynamodb, s3 = aws["sqs"], aws["dynamodb"], aws["s3"]
+    attributes = sqs.get_queue_attributes(QueueUrl=made.queue_urls["ShardsQueue"], AttributeNames=["All"])["Attributes"]  # type: ignore[attr-defined]
+    assert attributes["VisibilityTimeout"] == "5400"
+    assert json.loads(attributes["RedrivePolicy"]) == {
+        "deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:batchinfer-local-ShardsDeadLetterQueue",
+        "maxReceiveCount": 5,
+    }
+    table = dynamodb.describe_table(TableName="batchinfer-local-BatchTable")["Table"]  # type: ignore[attr-defined]
+    assert [(i["IndexName"], i["Projection"]) for i in table["GlobalSecondaryIndexes"]] == [("GSI1", {"ProjectionType": "ALL"})]
+    assert dynamodb.describe_time_to_live(TableName="batchinfer-local-BatchTable")["TimeToLiveDescription"] == {  # type: ignore[attr-defined]
+        "TimeToLiveStatus": "ENABLED",
+        "AttributeName": "ttl",
+    }
+    notification = s3.get_bucket_notification_configuration(Bucket="batchinfer-123456789012-us-east-1-data")  # type: ignore[attr-defined]
+    [queue] = notification["QueueConfigurations"]
+    assert queue["QueueArn"] == "arn:aws:sqs:us-east-1:123456789012:batchinfer-local-UploadsQueue"
+    assert queue["Events"] == ["s3:ObjectCreated:*"]
+    assert sorted((r["Name"].lower(), r["Value"]) for r in queue["Filter"]["Key"]["FilterRules"]) == [
+        ("prefix", "inbox/"),
+        ("suffix", ".jsonl"),
+    ]
+
+
+HANDLER = '''\
+import os
+
+def handler(event, context):
+    return {"statusCode": 200, "body": os.environ["FOO"]}
+'''
+
+
+def write_stack(tmp_path: Path, body: str, handler: str | None = HANDLER) -> Path:
+    """A template in tmp_path (its functions' code in tmp_path/fn) and its path."""
+    (tmp_path / "fn").mkdir()
+    if handler is not None:
+        (tmp_path / "fn" / "app.py").write_text(handler)
+    path = tmp_path / "template.yaml"
+    path.write_text("Transform: AWS::Serverless-2016-10-31\n" + textwrap.dedent(body))
+    return path
+
+
+ONE_FUNCTION = """
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: fn
+      Handler: app.handler
+      Runtime: python3.12
+      Environment:
+        Variables:
+          FOO: bar
+      Events:
+        Get:
+          Type: HttpApi
+          Properties:
+            Method: GET
+            Path: /foo
+"""
+
+
+def test_environment_is_set_while_running_and_restored_after(tmp_path: Path) -> None:
+    before = dict(os.environ)
+    with LocalStack(write_stack(tmp_path, ONE_FUNCTION), port=0) as stack:
+        assert os.environ["FOO"] == "bar"
+        assert os.environ["AWS_ENDPOINT_URL"] == stack.moto_endpoint
+        assert (os.environ["AWS_REGION"], os.environ["AWS_DEFAULT_REGION"]) == ("us-east-1", "us-east-1")
+        response = httpx.get(f"{stack.base_url}/foo", timeout=10)
+        assert (response.status_code, response.text) == (200, "bar")
+        assert stack.invocations("Fn") == 1
+    assert dict(os.environ) == before
+
+
+def test_only_one_stack_per_process(tmp_path: Path) -> None:
+    with LocalStack(write_stack(tmp_path, ONE_FUNCTION), port=0) as stack:
+        with pytest.raises(RuntimeError, match="already running in this process"):
+            LocalStack(tmp_path / "template.yaml", port=0).start()
+        assert httpx.get(f"{stack.base_url}/foo", timeout=10).text == "bar"
+
+
+def assert_start_fails(path: Path, message: str) -> None:
+    before = dict(os.environ)
+    with pytest.raises(TemplateError) as error:
+        LocalStack(path, port=0).start()
+    assert str(error.value) == message
+    assert dict(os.environ) == before
+
+
+def test_functions_disagreeing_on_a_variable_are_rejected(tmp_path: Path) -> None:
+    path = write_stack(
+        tmp_path,
+        """
+        Resources:
+          One:
+            Type: AWS::Serverless::Function
+            Properties: {CodeUri: fn, Handler: app.handler, Environment: {Variables: {FOO: a}}}
+          Two:
+            Type: AWS::Serverless::Function
+            Properties: {CodeUri: fn, Handler: app.handler, Environment: {Variables: {FOO: b}}}
+        """,
+    )
+    assert_start_fails(
+        path,
+        "environment variable FOO is 'a' in One but 'b' in Two; functions share one process locally, so they must agree",
+    )
+
+
+def test_missing_handler_file_is_reported(tmp_path: Path) -> None:
+    path = write_stack(tmp_path, ONE_FUNCTION, handler=None)
+    assert_start_fails(path, f"Fn: handler file {tmp_path.resolve() / 'fn' / 'app.py'} does not exist")
+
+
+def test_unresolvable_reference_is_reported(tmp_path: Path) -> None:
+    path = write_stack(
+        tmp_path,
+        """
+        Resources:
+          Fn:
+            Type: AWS::Serverless::Function
+            Properties:
+              CodeUri: fn
+              Handler: app.handler
+              Environment: {Variables: {FOO: !GetAtt Nowhere.Arn}}
+        """,
+    )
+    assert_start_fails(path, "Fn.Environment.FOO.Fn::GetAtt: resource Nowhere (not declared) has no local value")
+
+
+def test_unsupported_event_type_is_reported(tmp_path: Path) -> None:
+    path = write_stack(
+        tmp_path,
+        """
+        Resources:
+          Fn:
+            Type: AWS::Serverless::Function
+            Properties:
+              CodeUri: fn
+              Handler: app.handler
+              Events:
+                Stream: {Type: Kinesis, Properties: {Stream: arn, StartingPosition: LATEST}}
+        """,
+    )
+    assert_start_fails(path, "Fn.Stream: event type Kinesis is not emulated locally")

@@ -1,0 +1,107 @@
+"""Races between the last shard's commit and a cancel or an expiry (issue 5): whichever wins, every
+line ends in exactly one result file, counts add up and the status is terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from batchinfer.core import chaos, ids
+from batchinfer.data import s3, store
+from batchinfer.pipeline import intake
+from batchinfer.core.settings import get_settings
+from batchinfer.wire.status import BatchStatus
+from support.invariant import assert_batch_invariant
+from support.moto_env import Aws, sqs_event
+
+pytestmark = pytest.mark.model
+
+TEXT = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                           "body": {"model": "smollm2-135m-instruct", "max_tokens": 2, "temperature": 0,
+                                    "messages": [{"role": "user", "content": f"Say {i}."}]}}) + "\n"
+               for i in range(4))
+
+
+def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str, Any]]]:
+    monkeypatch.setenv("SHARD_SIZE", "2")
+    get_settings.cache_clear()
+    s3.put_bytes(aws.bucket, "files/in", TEXT.encode())
+    batch_id = ids.new_batch_id()
+    intake.create_batch(batch_id=batch_id, account_id="default", input_file_id="f", input_bucket=aws.bucket,
+                        input_key="files/in", endpoint="/v1/chat/completions", completion_window="24h")
+    aws.invoke("PrepareFunction", sqs_event(aws.messages("PrepareQueue")))
+    return batch_id, aws.messages("ShardsQueue")
+
+
+def file_bytes(file_id: str | None) -> bytes | None:
+    if file_id is None:
+        return None
+    item = store.get_file(file_id)
+    return s3.get_bytes(item["bucket"], item["key"])
+
+
+def during_last_commit(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
+    """Run `action` just before the worker commits (the race's other side)."""
+    def crash_point(fault: str) -> None:
+        if fault == "crash_before_commit":
+            action()
+    monkeypatch.setattr(chaos, "crash_point", crash_point)
+
+
+def finish(aws: Aws, batch_id: str) -> dict[str, Any]:
+    aws.invoke("AggregatorFunction", sqs_event(aws.messages("FinalizeQueue") or [{"batch_id": batch_id}]))
+    header = store.get_batch(batch_id)
+    assert_batch_invariant(header, TEXT, file_bytes(header["output_file_id"]), file_bytes(header["error_file_id"]))
+    return header
+
+
+def test_cancel_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_id, (first, last) = start(moto_aws, monkeypatch)
+    moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
+
+    def cancel_and_aggregate() -> None:
+        store.transition(batch_id, BatchStatus.CANCELLING)
+        moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": batch_id}]))
+
+    during_last_commit(monkeypatch, cancel_and_aggregate)
+    moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # its commit finds the batch sealed
+    header = finish(moto_aws, batch_id)
+    assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 4, "completed": 2, "failed": 2})
+
+
+def test_last_shard_wins_against_a_cancel(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_id, (first, last) = start(moto_aws, monkeypatch)
+    moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
+    during_last_commit(monkeypatch, lambda: store.transition(batch_id, BatchStatus.CANCELLING))
+    moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # commits: cancelling does not seal by itself
+    header = finish(moto_aws, batch_id)
+    assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 4, "completed": 4, "failed": 0})
+
+
+def test_expiry_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_id, (first, last) = start(moto_aws, monkeypatch)
+    moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
+
+    def expire() -> None:
+        store.update_batch(batch_id, sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
+        moto_aws.invoke("SweeperFunction", {})
+
+    during_last_commit(monkeypatch, expire)
+    moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))
+    header = finish(moto_aws, batch_id)
+    assert (header["status"], header["request_counts"]) == ("expired", {"total": 4, "completed": 2, "failed": 2})
+    assert {json.loads(line)["error"]["code"] for line in file_bytes(header["error_file_id"]).splitlines()} == {
+        "batch_expired"}
+
+
+def test_completion_wins_against_expiry(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    batch_id, messages = start(moto_aws, monkeypatch)
+    moto_aws.invoke("ShardWorkerFunction", sqs_event(messages))
+    moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
+    store.update_batch(batch_id, sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
+    assert moto_aws.invoke("SweeperFunction", {})["expired"] == 0  # terminal batches are never reopened
+    header = finish(moto_aws, batch_id)
+    assert (header["status"], header["request_counts"]) == ("completed", {"total": 4, "completed": 4, "failed": 0})
