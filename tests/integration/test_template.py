@@ -118,11 +118,11 @@ def test_function_packaging() -> None:
         expected = [] if function in ("ShardWorkerFunction", "TokenInferFunction") else [{"Ref": "SharedLayer"}]
         assert merged(function).get("Layers", []) == expected, function
     assert RESOURCES["ShardWorkerFunction"]["Metadata"] == {
-        "Dockerfile": "functions/shard_worker/Dockerfile",
+        "Dockerfile": "functions/Dockerfile",
         "DockerContext": ".",
         "DockerTag": "python3.12-v1",
     }
-    assert (REPO / "functions" / "shard_worker" / "Dockerfile").is_file()
+    assert (REPO / "functions" / "Dockerfile").is_file()
     assert RESOURCES["SharedLayer"]["Metadata"]["BuildMethod"] == "python3.12"
 
 

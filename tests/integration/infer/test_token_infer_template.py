@@ -22,7 +22,7 @@ def test_token_infer_function_is_an_image_on_the_http_api() -> None:
         "V2Root": ("HttpApi", "GET", "/v2", {"Ref": "HttpApi"}),
         "V2": ("HttpApi", "ANY", "/v2/{proxy+}", {"Ref": "HttpApi"}),
     }
-    assert resource["Metadata"] == {"Dockerfile": "functions/token_infer/Dockerfile", "DockerContext": ".",
+    assert resource["Metadata"] == {"Dockerfile": "functions/Dockerfile", "DockerContext": ".",
                                     "DockerTag": "python3.12-v1"}
 
 
@@ -33,6 +33,6 @@ def test_the_image_carries_the_handler_the_local_stack_runs() -> None:
 
     assert handler_location(REPO, "TokenInferFunction", function, metadata) == (
         REPO / "functions" / "token_infer" / "app.py", "lambda_handler")
-    assert "COPY functions/token_infer/app.py ${LAMBDA_TASK_ROOT}/" in dockerfile
+    assert "COPY functions/token_infer/app.py ${LAMBDA_TASK_ROOT}/token_infer/app.py" in dockerfile
+    assert function["ImageConfig"]["Command"] == ["token_infer/app.lambda_handler"]
     assert "COPY layers/shared/batchinfer ${LAMBDA_TASK_ROOT}/batchinfer" in dockerfile
-    assert 'CMD ["app.lambda_handler"]' in dockerfile
