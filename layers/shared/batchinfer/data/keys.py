@@ -5,17 +5,20 @@ One DynamoDB table (`BatchTable` in template.yaml) holds every item, keyed by `P
 `SK` (sort); the global secondary index `GSI1` (`GSI1PK`, `GSI1SK`, all attributes projected) lists
 an account's batches, files and API keys in creation order.
 
-| item (model in `items`)                | PK                   | SK              | GSI1PK               | GSI1SK                 |
-|----------------------------------------|----------------------|-----------------|----------------------|------------------------|
-| batch header (`BatchHeader`)           | `BATCH#<batch_id>`   | `META`          | `ACCOUNT#<account>`  | `<created>#<ns>#<id>`  |
-| shard (`Shard`)                        | `BATCH#<batch_id>`   | `SHARD#<00000>` |                      |                        |
-| file (`FileRecord`)                    | `FILE#<file_id>`     | `META`          | `FILES#<account>`    | `<created>#<ns>#<id>`  |
-| upload (`UploadRecord`)                | `UPLOAD#<upload_id>` | `META`          |                      |                        |
-| API key (`ApiKey`)                     | `KEY#<sha256 hex>`   | `META`          | `KEYS#<account>`     | `<created>#<key_id>`   |
-| key id -> key (`KeyPointer`)           | `KEYID#<key_id>`     | `META`          |                      |                        |
-| account settings (`Account`)           | `ACCOUNT#<account>`  | `META`          |                      |                        |
-| active-batch counter                   | `ACCOUNT#<account>`  | `LIMITS`        |                      |                        |
-| creations in a minute                  | `ACCOUNT#<account>`  | `RATE#<minute>` |                      |                        |
+| item             | PK                  | SK              | GSI1PK              | GSI1SK                |
+|------------------|---------------------|-----------------|---------------------|-----------------------|
+| batch header     | `BATCH#<batch_id>`  | `META`          | `ACCOUNT#<account>` | `<created>#<ns>#<id>` |
+| shard            | `BATCH#<batch_id>`  | `SHARD#<00000>` |                     |                       |
+| file             | `FILE#<file_id>`    | `META`          | `FILES#<account>`   | `<created>#<ns>#<id>` |
+| upload           | `UPLOAD#<id>`       | `META`          |                     |                       |
+| API key          | `KEY#<sha256 hex>`  | `META`          | `KEYS#<account>`    | `<created>#<key_id>`  |
+| key id -> key    | `KEYID#<key_id>`    | `META`          |                     |                       |
+| account          | `ACCOUNT#<account>` | `META`          |                     |                       |
+| active batches   | `ACCOUNT#<account>` | `LIMITS`        |                     |                       |
+| creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
+
+Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, upload `UploadRecord`,
+API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`.
 
 `<created>` is the creation time in Unix seconds (10 digits), `<ns>` the write time in nanoseconds
 (19 digits: items created in the same second sort in the order they were written), `<minute>` the
