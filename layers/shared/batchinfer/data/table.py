@@ -1,9 +1,11 @@
 """DynamoDB mechanics every data module shares: the table handle, conditional writes, transactions
 and their conflict retry, paging, and SET expressions.
 
-Each is written once here. boto3 has no helper for any of them: its resource `Table` returns raw
-pages and raises `ClientError` for a failed condition, and its built-in retries leave a cancelled
-transaction to the caller.
+Each is written once here, on boto3: its resource `Table` has no paginator (the client's paginators
+yield DynamoDB-typed values), raises `ClientError` for a failed condition, and its retries leave a
+cancelled transaction to the caller; tenacity does the retrying. An ORM (PynamoDB and the like)
+would bring its own model classes and condition language instead of the pydantic items and the
+few DynamoDB expressions the data modules spell out.
 
 - A failed condition is an answer (a repeated or concurrent step), not an error: `conditional`
   turns it into `None`, `transact` into the positions of the items whose condition failed.
