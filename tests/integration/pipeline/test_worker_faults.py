@@ -14,7 +14,9 @@ from batchinfer.core import chaos, ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchHeader
+from batchinfer.data.table import CONFLICT_ATTEMPTS
 from batchinfer.pipeline import intake, worker
+from support.data import intercept_transactions
 from support.moto_env import Aws, sqs_event
 
 pytestmark = pytest.mark.model
@@ -101,6 +103,22 @@ def test_dies_after_writing_results_before_recording_them(moto_aws: Aws, monkeyp
     assert (header.status, header.request_counts.model_dump()) == (
         "completed", {"total": 5, "completed": 5, "failed": 0})
     assert output_ids(header) == [f"r{i}" for i in range(5)]
+
+
+def test_a_commit_that_keeps_conflicting_fails_the_invocation(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
+                                                              calls: list[str]) -> None:
+    batch_id, message = start(moto_aws, monkeypatch)
+    seen = intercept_transactions(monkeypatch, *["conflict"] * CONFLICT_ATTEMPTS)
+    with pytest.raises(BatchProcessingError, match="TransactionConflict"):  # SQS redelivers: never "counted"
+        moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
+    assert len(seen.calls) == CONFLICT_ATTEMPTS
+    assert shards.get(batch_id, 0).next_index == 0 and batches.get(batch_id).request_counts.completed == 0
+
+    header = finish(moto_aws, message)
+
+    assert len(calls) == 5  # the redelivery committed the written results, not asked for again
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 5, "failed": 0})
 
 
 def test_dies_halfway_through_a_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
