@@ -160,7 +160,7 @@ def test_time_limit_commits_what_finished_and_continues(moto_aws: Aws, monkeypat
 
 def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
                                                                   calls: list[str]) -> None:
-    batch_id, message = start(moto_aws, monkeypatch, MAX_SHARD_ATTEMPTS="1")
+    _, message = start(moto_aws, monkeypatch, MAX_SHARD_ATTEMPTS="1")
     crash(monkeypatch, "crash_before_commit", on_call=1)
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # attempt 1 dies
         moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
@@ -178,7 +178,7 @@ def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws
 def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
                                                               calls: list[str]) -> None:
     # Given a shard whose message never gets processed (say every delivery died and it sits in the DLQ)
-    batch_id, message = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
+    batch_id, _ = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
     time.sleep(1.1)
     # When the sweeper finds it stuck: it re-drives it twice, then gives up on it
     sweeps = []
