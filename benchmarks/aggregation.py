@@ -12,9 +12,9 @@ from benchmarks.common import Stopwatch
 def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
     """Both timings on a batch of `requests` results (best of `rounds`; the aggregator is idempotent)."""
     from batchinfer.core import aws
-    from batchinfer.data import s3, store
-    from batchinfer.pipeline.aggregate import finalize_batch
     from batchinfer.core.settings import get_settings
+    from batchinfer.data import batches, s3, shards
+    from batchinfer.pipeline.aggregate import finalize_batch
 
     from benchmarks.aws_env import moto_environment
     from benchmarks.pipeline import instant_model, run_shards
@@ -22,9 +22,8 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
     with moto_environment(), instant_model():
         batch_id = run_shards(requests)
         bucket = get_settings().bucket_name
-        header = store.get_batch(batch_id)
-        assert header is not None
-        shards = len(list(store.query_shards(batch_id)))
+        assert batches.get(batch_id) is not None
+        shard_count = len(list(shards.query(batch_id)))
         best_ours = best_raw = float("inf")
         for round_ in range(rounds):
             if round_:  # run the aggregation again: back to "all shards done, not sealed"
@@ -33,25 +32,23 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
                 assert finalize_batch(batch_id) == "completed"
             best_ours = min(best_ours, ours.seconds)
             total = sum(s3.size(bucket, f"batches/{batch_id}/{kind}.jsonl") or 0 for kind in ("output", "error"))
-            s3 = aws.client("s3")
+            client = aws.client("s3")
             with Stopwatch() as raw:
-                body = s3.get_object(Bucket=bucket, Key=f"batches/{batch_id}/output.jsonl")["Body"]
-                s3.upload_fileobj(body, bucket, f"bench/copy-{round_}.jsonl", Config=s3._TRANSFER)
+                body = client.get_object(Bucket=bucket, Key=f"batches/{batch_id}/output.jsonl")["Body"]
+                client.upload_fileobj(body, bucket, f"bench/copy-{round_}.jsonl", Config=s3._TRANSFER)
             best_raw = min(best_raw, raw.seconds)
     mib = total / 2**20
-    return {"requests": requests, "shards": shards, "mib": mib, "ours": mib / best_ours, "raw": mib / best_raw}
+    return {"requests": requests, "shards": shard_count, "mib": mib, "ours": mib / best_ours, "raw": mib / best_raw}
 
 
 def _reopen(batch_id: str) -> None:
     # The header as the last shard commit left it: in progress, every shard done, not sealed.
+    # Not a status change the status machine allows: written directly.
     from batchinfer.core import aws
-    from batchinfer.core.settings import get_settings
-    from batchinfer.data.store import batch_pk
+    from batchinfer.data import keys
 
-    aws.client("dynamodb").update_item(
-        TableName=get_settings().table_name, Key={"PK": {"S": batch_pk(batch_id)}, "SK": {"S": "META"}},
-        UpdateExpression="SET #s = :p REMOVE sealed, final_status",
-        ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":p": {"S": "in_progress"}})
+    aws.table().update_item(Key=keys.batch(batch_id), UpdateExpression="SET #s = :p REMOVE sealed, final_status",
+                            ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":p": "in_progress"})
 
 
 if __name__ == "__main__":

@@ -65,11 +65,11 @@ def run_shards(n: int) -> str:
     Returns the batch id; the batch is `in_progress` with all shards done (ready to aggregate).
     """
     from batchinfer.core import ids
-    from batchinfer.data import sqs, store
+    from batchinfer.core.settings import get_settings
+    from batchinfer.data import shards, sqs
+    from batchinfer.data.s3 import upload_stream
     from batchinfer.pipeline import intake, worker
     from batchinfer.pipeline.prepare import prepare_batch
-    from batchinfer.core.settings import get_settings
-    from batchinfer.data.s3 import upload_stream
 
     bucket = get_settings().bucket_name
     key = f"files/pipeline-{n}-{time.time_ns()}"
@@ -78,8 +78,8 @@ def run_shards(n: int) -> str:
     intake.create_batch(batch_id=batch_id, account_id="default", input_file_id=f"file-{n}", input_bucket=bucket,
                         input_key=key, endpoint="/v1/chat/completions", completion_window="24h")
     assert prepare_batch(batch_id) == "in_progress"
-    for shard in list(store.query_shards(batch_id)):
-        outcome = worker.process_shard(sqs.ShardMessage(batch_id=batch_id, shard=shard["shard"]),
-                                       owner=f"bench/{shard['shard']}", time_left_ms=lambda: 900_000)
+    for shard in list(shards.query(batch_id)):
+        outcome = worker.process_shard(sqs.ShardMessage(batch_id=batch_id, shard=shard.shard),
+                                       owner=f"bench/{shard.shard}", time_left_ms=lambda: 900_000)
         assert outcome == "done", outcome
     return batch_id

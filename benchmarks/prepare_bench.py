@@ -48,10 +48,10 @@ def _chunks(data: bytes, size: int = 1024 * 1024) -> list[bytes]:
 
 def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
     """Lines/s of prepare's validation + sharding and of raw `json.loads`, side by side."""
-    from batchinfer.validation.jsonl import iter_physical_lines
-    from batchinfer.pipeline.prepare import shard_lines
     from batchinfer.core.settings import Settings
+    from batchinfer.pipeline.prepare import shard_lines
     from batchinfer.validation.file import FileValidator
+    from batchinfer.validation.jsonl import iter_physical_lines
 
     defaults = {name: field.default for name, field in Settings.model_fields.items()}
     raw_lines = list(lines(n))
@@ -102,10 +102,10 @@ def _peak_rss_kib() -> int:
 def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int, dict[str, Any]]:
     """Peak RSS (MiB) of `prepare_batch` on files of `sizes` lines, each in a fresh process."""
     from batchinfer.core import ids
-    from batchinfer.data import store
-    from batchinfer.pipeline import intake
     from batchinfer.core.settings import get_settings
+    from batchinfer.data import batches
     from batchinfer.data.s3 import upload_stream
+    from batchinfer.pipeline import intake
 
     from benchmarks.aws_env import moto_environment
 
@@ -122,9 +122,9 @@ def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int,
             done = subprocess.run([sys.executable, "-m", "benchmarks.prepare_bench", "--child", batch_id],
                                   cwd=REPO, capture_output=True, text=True, check=True)
             result = json.loads(done.stdout.strip().splitlines()[-1])
-            header = store.get_batch(batch_id)
+            header = batches.get(batch_id)
             assert result["outcome"] == "in_progress", result
-            assert header is not None and header["request_counts"]["total"] == n, header
+            assert header is not None and header.request_counts.total == n, header
             results[n] = {**result, "file_mib": size / 2**20}
     return results
 

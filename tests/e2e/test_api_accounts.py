@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-
-from batchinfer.core import ids
-from batchinfer.data import accounts, store
+from batchinfer.data import accounts, batches
+from batchinfer.data.items import BatchHeader
+from batchinfer.data.table import now
 from batchinfer.wire.status import BatchStatus, is_terminal
 from batchinfer_local import LocalStack
 from batchinfer_local.cli import main as cli
@@ -36,6 +36,7 @@ from support.api_stack import (
     wait_for,
     wait_until,
 )
+from support.data import batch_header
 
 pytestmark = pytest.mark.timeout(120)
 INVALID = b"not json\n"  # fails validation at once: a batch that ends without the model
@@ -192,15 +193,14 @@ def test_active_limit_is_429_and_frees_up_when_a_batch_ends(stack: LocalStack, u
 def test_counter_stays_exact_while_creates_and_terminal_transitions_race(stack: LocalStack) -> None:
     account, limit = "race-acct", 10
 
-    def header(n: int) -> dict:
-        return {"id": ids.new_batch_id(), "account_id": account, "created_at": store.now(), "status": "validating",
-                "endpoint": "/v1/chat/completions", "input_file_id": f"file-{n}", "completion_window": "24h"}
+    def header(n: int) -> BatchHeader:
+        return batch_header(account, created_at=now(), input_file_id=f"file-{n}")
 
     def try_create(n: int) -> str | None:
         item = header(n)
         try:
-            return item["id"] if store.create_batch_limited(item, max_active=limit, max_per_minute=None) else None
-        except store.LimitExceeded:
+            return item.id if batches.create_limited(item, max_active=limit, max_per_minute=None) else None
+        except accounts.LimitExceeded:
             return None
 
     # Given 40 concurrent creates against a limit of 10
@@ -211,8 +211,8 @@ def test_counter_stays_exact_while_creates_and_terminal_transitions_race(stack: 
 
     # When every batch is ended twice over (duplicate deliveries) while 30 more creates race
     def end(batch_id: str) -> None:
-        store.transition(batch_id, BatchStatus.CANCELLING)
-        store.transition(batch_id, BatchStatus.CANCELLED)
+        batches.transition(batch_id, BatchStatus.CANCELLING)
+        batches.transition(batch_id, BatchStatus.CANCELLED)
 
     with ThreadPoolExecutor(16) as pool:
         ends = [pool.submit(end, b) for b in first + first]
@@ -221,7 +221,7 @@ def test_counter_stays_exact_while_creates_and_terminal_transitions_race(stack: 
             future.result()
 
     # Then the counter equals the batches that are really open, never more than the limit
-    open_now = [b for b in first + second if not is_terminal(BatchStatus(store.get_batch(b)["status"]))]
-    assert all(store.get_batch(b)["status"] == "cancelled" for b in first)
+    open_now = [b for b in first + second if not is_terminal(batches.get(b).status)]
+    assert all(batches.get(b).status == BatchStatus.CANCELLED for b in first)
     assert len(open_now) == len(second) <= limit
     assert accounts.active_batches(account) == len(open_now)

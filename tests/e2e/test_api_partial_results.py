@@ -14,8 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-
-from batchinfer.data import store
+from batchinfer.data import batches
+from batchinfer.data.items import BatchChanges
+from batchinfer.data.table import now
 from batchinfer.pipeline.sweep import sweep
 from batchinfer_local import LocalStack
 from support.api_stack import (
@@ -114,7 +115,7 @@ def test_expiry_keeps_finished_results_and_expires_the_rest(running: tuple[Local
     stack, upstream = running
     # Given a batch whose third request is running, past its expires_at
     batch, finished = start_and_hold(http, upstream, "expiry")
-    assert store.update_batch(batch["id"], sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
+    assert batches.update(batch["id"], BatchChanges(expires_at=now() - 1))
 
     # When the sweeper runs
     actions = sweep()

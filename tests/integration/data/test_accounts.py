@@ -1,5 +1,6 @@
-"""Accounts, keys and the account counters in DynamoDB (moto, the template's table), and the API
-function's authentication, invoked in-process with HTTP API events."""
+"""Accounts and their keys (data/accounts.py) in moto's copy of the template's table, and the API
+function's authentication, invoked in-process with HTTP API events. The counters are tested with the
+transactions that write them (test_batches.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,11 @@ import json
 from typing import Any
 
 import pytest
-
-from batchinfer.core import ids
-from batchinfer.data import accounts, store
-from batchinfer.wire.status import BatchStatus
+from batchinfer.core import aws
+from batchinfer.data import accounts, keys
+from batchinfer.data.items import Account, ApiKey
+from support.data import intercept_transactions, small_pages
 from support.moto_env import Aws
-
-
-def header(account: str = "acct", created_at: int = 1_800_000_000) -> dict[str, Any]:
-    return {"id": ids.new_batch_id(), "account_id": account, "created_at": created_at, "status": "validating",
-            "endpoint": "/v1/chat/completions", "input_file_id": "file-x", "completion_window": "24h"}
 
 
 def http_event(method: str, path: str, *, key: str | None = None, body: Any = None) -> dict[str, Any]:
@@ -42,7 +38,7 @@ def test_keys_authenticate_until_revoked_and_only_hashes_are_stored(moto_aws: Aw
     secret, key = accounts.create_key("acct", name="ci")
     assert accounts.authenticate(secret) == key
     assert accounts.authenticate(secret + "x") is None and accounts.authenticate("") is None
-    assert secret not in json.dumps(store.table().scan()["Items"], default=str)
+    assert secret not in json.dumps(aws.table().scan()["Items"], default=str)
     assert [k.key_id for k in accounts.list_keys("acct")] == [key.key_id]
 
     revoked = accounts.revoke_key(key.key_id)
@@ -60,55 +56,62 @@ def test_a_given_secret_is_stored_once(moto_aws: Aws) -> None:
         accounts.create_key("acct", secret="")
 
 
-def test_account_settings(moto_aws: Aws) -> None:
-    assert accounts.get_account("new") == accounts.Account(account_id="new")
+def test_what_a_key_stores(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accounts, "now", lambda: 1_800_000_000)
+    secret, key = accounts.create_key("acct", name="ci")
+    digest = accounts.hash_key(secret)
+    assert key == ApiKey(key_id=key.key_id, account_id="acct", name="ci", created_at=1_800_000_000)
+    assert aws.table().get_item(Key=keys.api_key(digest))["Item"] == {
+        "PK": f"KEY#{digest}", "SK": "META", "GSI1PK": "KEYS#acct", "GSI1SK": f"1800000000#{key.key_id}",
+        "key_id": key.key_id, "account_id": "acct", "name": "ci", "created_at": 1_800_000_000}
+    assert aws.table().get_item(Key=keys.key_pointer(key.key_id))["Item"] == {
+        "PK": f"KEYID#{key.key_id}", "SK": "META", "key_hash": digest, "account_id": "acct"}
+    assert aws.table().get_item(Key=keys.account("acct"))["Item"] == {
+        "PK": "ACCOUNT#acct", "SK": "META", "account_id": "acct", "allowed_buckets": [], "created_at": 1_800_000_000}
+    # Revoked: the time is added, nothing else changes (and no NULL revoked_at before).
+    assert accounts.revoke_key(key.key_id) == key.model_copy(update={"revoked_at": 1_800_000_000})
+
+
+def test_list_keys_newest_first_over_pages(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(1_800_000_000, 1_800_000_010))
+    monkeypatch.setattr(accounts, "now", lambda: next(clock))
+    made = [accounts.create_key("acct", name=f"k{n}")[1] for n in range(3)]
+    accounts.create_key("other")
+    calls = small_pages(monkeypatch, "query", limit=1)
+    assert accounts.list_keys("acct") == list(reversed(made))
+    assert len(calls) == 3
+    assert accounts.list_keys("nobody") == []
+
+
+def test_a_key_creation_conflict_is_retried(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = intercept_transactions(monkeypatch, "conflict")
+    secret, key = accounts.create_key("acct", secret="sk-dev")
+    assert len(seen.calls) == 2 and accounts.authenticate(secret) == key
+    assert accounts.list_keys("acct") == [key]
+
+
+def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accounts, "now", lambda: 1_800_000_000)
+    assert accounts.get_account("new") == Account(account_id="new")
     configured = accounts.configure_account("new", allowed_buckets=["s3://b-1", "cos://c-1", "s3://b-1"],
                                             max_active_batches=3)
     assert configured.model_dump() == {"account_id": "new", "allowed_buckets": ["cos://c-1", "s3://b-1"],
-                                       "max_active_batches": 3, "max_creates_per_minute": None}
+                                       "max_active_batches": 3, "max_creates_per_minute": None,
+                                       "created_at": 1_800_000_000}
+    assert configured.allows("s3://b-1") and not configured.allows("s3://c-1")
+    assert accounts.configure_account("new", max_creates_per_minute=9) == configured.model_copy(
+        update={"max_creates_per_minute": 9})
+    assert accounts.ensure_account("new") is False
     with pytest.raises(ValueError, match="bucket must be 's3://name' or 'cos://name', got 'b-1'"):
         accounts.configure_account("new", allowed_buckets=["b-1"])
     with pytest.raises(ValueError, match="max_creates_per_minute must be at least 1, got 0"):
         accounts.configure_account("new", max_creates_per_minute=0)
 
 
-# ---- counters --------------------------------------------------------------------------------------
-
-def test_creations_per_minute_are_counted_per_calendar_minute(moto_aws: Aws) -> None:
-    minute = 1_800_000_000 - 1_800_000_000 % 60
-    for second in (0, 10, 20):
-        assert store.create_batch_limited(header(), max_active=None, max_per_minute=3, at=minute + second)
-    with pytest.raises(store.LimitExceeded) as refused:
-        store.create_batch_limited(header(), max_active=None, max_per_minute=3, at=minute + 45)
-    assert (refused.value.kind, refused.value.limit, refused.value.retry_after) == ("rate", 3, 15)
-    assert store.create_batch_limited(header(), max_active=None, max_per_minute=3, at=minute + 60)
-    assert accounts.active_batches("acct") == 4  # the refused one was not counted
-
-
-def test_active_limit_and_exactly_once_decrement(moto_aws: Aws) -> None:
-    first, second, third = header(), header(), header()
-    assert store.create_batch_limited(first, max_active=2, max_per_minute=None)
-    assert store.create_batch_limited(second, max_active=2, max_per_minute=None)
-    assert not store.create_batch_limited(first, max_active=None, max_per_minute=None)  # exists: not counted
-    with pytest.raises(store.LimitExceeded) as refused:
-        store.create_batch_limited(third, max_active=2, max_per_minute=None)
-    assert (refused.value.kind, refused.value.retry_after) == ("active", 30)
-    assert store.get_batch(third["id"]) is None
-
-    # A terminal transition decrements once, however often it is attempted; non-terminal ones don't.
-    assert store.transition(first["id"], BatchStatus.FAILED)["status"] == "failed"
-    assert store.transition(first["id"], BatchStatus.FAILED) is None
-    assert store.transition(second["id"], BatchStatus.CANCELLING)["status"] == "cancelling"
-    assert accounts.active_batches("acct") == 1
-    assert store.create_batch_limited(third, max_active=2, max_per_minute=None)
-    assert accounts.active_batches("acct") == 2
-
-
-def test_batches_written_without_counting_are_never_decremented(moto_aws: Aws) -> None:
-    item = header()
-    assert store.put_batch(item)
-    assert store.transition(item["id"], BatchStatus.FAILED)["status"] == "failed"
+def test_active_batches_reads_the_counter(moto_aws: Aws) -> None:
     assert accounts.active_batches("acct") == 0
+    aws.table().put_item(Item={**keys.active_counter("acct"), "active_batches": 3})
+    assert accounts.active_batches("acct") == 3
 
 
 # ---- the API function ------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ import threading
 from typing import Any
 
 import pytest
-
 from batchinfer.core import ids
-from batchinfer.data import s3, store
-from batchinfer.pipeline import intake
 from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, files, s3, shards
+from batchinfer.data.items import BatchChanges
+from batchinfer.data.table import now
+from batchinfer.pipeline import intake
 from support.moto_env import Aws, sqs_event
 
 pytestmark = pytest.mark.model
@@ -48,8 +49,8 @@ def prepare(aws: Aws) -> list[dict[str, Any]]:
 def read(aws: Aws, file_id: str | None) -> list[dict[str, Any]]:
     if file_id is None:
         return []
-    item = store.get_file(file_id)
-    return [json.loads(line) for line in s3.get_bytes(item["bucket"], item["key"]).splitlines()]
+    item = files.get(file_id)
+    return [json.loads(line) for line in s3.get_bytes(item.bucket, item.key).splitlines()]
 
 
 def run_to_end(aws: Aws, shard_messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,7 +58,7 @@ def run_to_end(aws: Aws, shard_messages: list[dict[str, Any]]) -> dict[str, Any]
     finalize = aws.messages("FinalizeQueue")
     assert len(finalize) == 1
     assert aws.invoke("AggregatorFunction", sqs_event(finalize)) == {"batchItemFailures": []}
-    header = store.get_batch(finalize[0]["batch_id"])
+    header = batches.get(finalize[0]["batch_id"])
     assert header is not None
     return header
 
@@ -69,13 +70,13 @@ def test_prepare_shards_in_input_order_and_starts_the_batch(moto_aws: Aws, monke
     batch_id = create(moto_aws, "\n" + LINES, monkeypatch=monkeypatch)  # a blank first line still counts
     messages = prepare(moto_aws)
     assert messages == [{"batch_id": batch_id, "shard": n} for n in range(3)]
-    header = store.get_batch(batch_id)
-    assert (header["status"], header["shards_total"], header["request_counts"], header["model"]) == (
+    header = batches.get(batch_id)
+    assert (header.status, header.shards_total, header.request_counts.model_dump(), header.model) == (
         "in_progress", 3, {"total": 5, "completed": 0, "failed": 0}, "smollm2-135m-instruct")
-    shards = list(store.query_shards(batch_id))
-    assert [(s["shard"], s["size"], s["first_line"], s["state"]) for s in shards] == [
+    found = list(shards.query(batch_id))
+    assert [(s.shard, s.size, s.first_line, s.state) for s in found] == [
         (0, 2, 2, "pending"), (1, 2, 4, "pending"), (2, 1, 6, "pending")]
-    first = s3.get_bytes(moto_aws.bucket, shards[0]["input_key"]).split(b"\n")[0]
+    first = s3.get_bytes(moto_aws.bucket, found[0].input_key).split(b"\n")[0]
     assert first.split(b"\t")[0] == b"2"
 
 
@@ -86,53 +87,53 @@ def test_prepare_twice_does_not_shard_twice(moto_aws: Aws, monkeypatch: pytest.M
     first = moto_aws.messages("ShardsQueue")
     moto_aws.invoke("PrepareFunction", sqs_event(message))  # redelivered: re-sends pending shards only
     assert moto_aws.messages("ShardsQueue") == first
-    assert len(list(store.query_shards(batch_id))) == 3
+    assert len(list(shards.query(batch_id))) == 3
 
 
 def test_a_bad_file_fails_with_every_line_error(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     text = chat_line("a", "x") + "\n{not json\n" + chat_line("a", "y") + "\n"
     batch_id = create(moto_aws, text, monkeypatch=monkeypatch)
     assert prepare(moto_aws) == []
-    header = store.get_batch(batch_id)
-    assert header["status"] == "failed"
-    assert [(e["code"], e["line"]) for e in header["errors"]["data"]] == [
+    header = batches.get(batch_id)
+    assert header.status == "failed"
+    assert [(e.code, e.line) for e in header.errors.data] == [
         ("invalid_json_line", 2), ("duplicate_custom_id", 3)]
-    assert header["failed_at"] >= header["created_at"]
+    assert header.failed_at >= header.created_at
 
 
 def test_a_missing_input_object_fails_the_batch_once(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     batch_id = create(moto_aws, LINES, monkeypatch=monkeypatch)
     s3.delete(moto_aws.bucket, "files/file-test")
     assert prepare(moto_aws) == []
-    header = store.get_batch(batch_id)
-    assert header["status"] == "failed"
-    assert header["errors"]["data"] == [{"code": "input_file_unavailable", "line": None, "param": "input_file_id",
+    header = batches.get(batch_id)
+    assert header.status == "failed"
+    assert [e.model_dump() for e in header.errors.data] == [{"code": "input_file_unavailable", "line": None, "param": "input_file_id",
                                          "message": "the input file could not be read (NoSuchKey)"}]
 
 
 def test_worker_and_aggregator_complete_the_batch(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     create(moto_aws, LINES, monkeypatch=monkeypatch)
     header = run_to_end(moto_aws, prepare(moto_aws))
-    assert header["status"] == "completed"
-    assert header["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
-    assert header["error_file_id"] is None
-    output = read(moto_aws, header["output_file_id"])
+    assert header.status == "completed"
+    assert header.request_counts.model_dump() == {"total": 5, "completed": 5, "failed": 0}
+    assert header.error_file_id is None
+    output = read(moto_aws, header.output_file_id)
     assert [line["custom_id"] for line in output] == [f"req-{i}" for i in range(1, 6)]
     assert {line["response"]["status_code"] for line in output} == {200}
     assert all(line["response"]["body"]["object"] == "chat.completion" for line in output)
-    usage = header["usage"]
-    assert usage["input_tokens"] == sum(line["response"]["body"]["usage"]["prompt_tokens"] for line in output)
-    assert usage["output_tokens"] == sum(line["response"]["body"]["usage"]["completion_tokens"] for line in output)
-    assert header["created_at"] <= header["in_progress_at"] <= header["finalizing_at"] <= header["completed_at"]
+    usage = header.usage
+    assert usage.input_tokens == sum(line["response"]["body"]["usage"]["prompt_tokens"] for line in output)
+    assert usage.output_tokens == sum(line["response"]["body"]["usage"]["completion_tokens"] for line in output)
+    assert header.created_at <= header.in_progress_at <= header.finalizing_at <= header.completed_at
 
 
 def test_a_rejected_request_goes_to_the_error_file(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     text = chat_line("ok-1", "Hi") + "\n" + chat_line("long", "lorem " * 4000) + "\n" + chat_line("ok-2", "Yo") + "\n"
     create(moto_aws, text, shard_size=10, monkeypatch=monkeypatch)
     header = run_to_end(moto_aws, prepare(moto_aws))
-    assert header["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
-    assert [line["custom_id"] for line in read(moto_aws, header["output_file_id"])] == ["ok-1", "ok-2"]
-    [error] = read(moto_aws, header["error_file_id"])
+    assert header.request_counts.model_dump() == {"total": 3, "completed": 2, "failed": 1}
+    assert [line["custom_id"] for line in read(moto_aws, header.output_file_id)] == ["ok-1", "ok-2"]
+    [error] = read(moto_aws, header.error_file_id)
     assert error["custom_id"] == "long"
     assert error["error"] is None
     assert error["response"]["status_code"] == 400
@@ -146,7 +147,7 @@ def test_a_shard_message_delivered_twice_in_a_row_counts_once(moto_aws: Aws, mon
     results = s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0))
     assert moto_aws.invoke("ShardWorkerFunction", sqs_event([message])) == {"batchItemFailures": []}
     assert s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) == results
-    assert store.get_batch(batch_id)["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
+    assert batches.get(batch_id).request_counts.model_dump() == {"total": 5, "completed": 5, "failed": 0}
     assert len(moto_aws.messages("FinalizeQueue")) == 1
 
 
@@ -161,9 +162,9 @@ def test_a_shard_message_delivered_twice_at_once_counts_once(moto_aws: Aws, monk
     for thread in threads:
         thread.join()
     assert results == [{"batchItemFailures": []}] * 2
-    shard = store.get_shard(batch_id, 0)
-    assert (shard["state"], shard["attempts"], len(shard["parts"])) == ("done", 1, 1)
-    assert store.get_batch(batch_id)["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
+    shard = shards.get(batch_id, 0)
+    assert (shard.state, shard.attempts, len(shard.parts)) == ("done", 1, 1)
+    assert batches.get(batch_id).request_counts.model_dump() == {"total": 5, "completed": 5, "failed": 0}
     assert len(moto_aws.messages("FinalizeQueue")) == 1
 
 
@@ -171,13 +172,13 @@ def test_redelivery_after_completion_changes_nothing(moto_aws: Aws, monkeypatch:
     create(moto_aws, LINES, shard_size=5, monkeypatch=monkeypatch)
     [message] = prepare(moto_aws)
     header = run_to_end(moto_aws, [message])
-    output = store.get_file(header["output_file_id"])
-    before = s3.get_bytes(output["bucket"], output["key"])
+    output = files.get(header.output_file_id)
+    before = s3.get_bytes(output.bucket, output.key)
     assert moto_aws.invoke("ShardWorkerFunction", sqs_event([message])) == {"batchItemFailures": []}
-    assert moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": header["id"]}])) == {"batchItemFailures": []}
-    after = store.get_batch(header["id"])
+    assert moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": header.id}])) == {"batchItemFailures": []}
+    after = batches.get(header.id)
     assert after == header
-    assert s3.get_bytes(output["bucket"], output["key"]) == before
+    assert s3.get_bytes(output.bucket, output.key) == before
     assert moto_aws.messages("FinalizeQueue") == []
 
 
@@ -186,7 +187,7 @@ def test_only_the_failing_record_of_an_event_is_reported(moto_aws: Aws, monkeypa
     first, _, third = prepare(moto_aws)
     event = sqs_event([first, {"batch_id": batch_id, "shard": "not-a-number"}, third])
     assert moto_aws.invoke("ShardWorkerFunction", event) == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
-    assert store.get_batch(batch_id)["request_counts"]["completed"] == 3
+    assert batches.get(batch_id).request_counts.completed == 3
 
 
 def test_cancel_keeps_finished_results_and_closes_the_rest(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,13 +195,13 @@ def test_cancel_keeps_finished_results_and_closes_the_rest(moto_aws: Aws, monkey
     first, *_ = prepare(moto_aws)
     moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
     from batchinfer.wire.status import BatchStatus
-    assert store.transition(batch_id, BatchStatus.CANCELLING) is not None
+    assert batches.transition(batch_id, BatchStatus.CANCELLING) is not None
     assert moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": batch_id}])) == {"batchItemFailures": []}
-    header = store.get_batch(batch_id)
-    assert header["status"] == "cancelled"
-    assert header["request_counts"] == {"total": 5, "completed": 2, "failed": 3}
-    assert [line["custom_id"] for line in read(moto_aws, header["output_file_id"])] == ["req-1", "req-2"]
-    errors = read(moto_aws, header["error_file_id"])
+    header = batches.get(batch_id)
+    assert header.status == "cancelled"
+    assert header.request_counts.model_dump() == {"total": 5, "completed": 2, "failed": 3}
+    assert [line["custom_id"] for line in read(moto_aws, header.output_file_id)] == ["req-1", "req-2"]
+    errors = read(moto_aws, header.error_file_id)
     assert [(e["custom_id"], e["response"], e["error"]["code"]) for e in errors] == [
         ("req-3", None, "batch_cancelled"), ("req-4", None, "batch_cancelled"), ("req-5", None, "batch_cancelled")]
 
@@ -209,26 +210,27 @@ def test_the_sweeper_expires_an_overdue_batch(moto_aws: Aws, monkeypatch: pytest
     batch_id = create(moto_aws, LINES, shard_size=2, monkeypatch=monkeypatch)
     first, *_ = prepare(moto_aws)
     moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
-    store.update_batch(batch_id, sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
+    batches.update(batch_id, BatchChanges(expires_at=now() - 1))
     assert moto_aws.invoke("SweeperFunction", {"detail-type": "Scheduled Event"}) == {
         "expired": 1, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
     moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
-    header = store.get_batch(batch_id)
-    assert header["status"] == "expired"
-    assert header["request_counts"] == {"total": 5, "completed": 2, "failed": 3}
-    assert {e["error"]["code"] for e in read(moto_aws, header["error_file_id"])} == {"batch_expired"}
+    header = batches.get(batch_id)
+    assert header.status == "expired"
+    assert header.request_counts.model_dump() == {"total": 5, "completed": 2, "failed": 3}
+    assert {e["error"]["code"] for e in read(moto_aws, header.error_file_id)} == {"batch_expired"}
 
 
 def test_cancel_while_validating_ends_with_nothing_run(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     batch_id = create(moto_aws, LINES, monkeypatch=monkeypatch)
     prepare_message = moto_aws.messages("PrepareQueue")
     from batchinfer.wire.status import BatchStatus
-    assert store.transition(batch_id, BatchStatus.CANCELLING) is not None
+    assert batches.transition(batch_id, BatchStatus.CANCELLING) is not None
     assert moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": batch_id}])) == {"batchItemFailures": []}
     assert moto_aws.invoke("PrepareFunction", sqs_event(prepare_message)) == {"batchItemFailures": []}
-    header = store.get_batch(batch_id)
-    assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 0, "completed": 0, "failed": 0})
-    assert (header["output_file_id"], header["error_file_id"]) == (None, None)
+    header = batches.get(batch_id)
+    assert (header.status, header.request_counts.model_dump()) == (
+        "cancelled", {"total": 0, "completed": 0, "failed": 0})
+    assert (header.output_file_id, header.error_file_id) == (None, None)
     assert moto_aws.messages("ShardsQueue") == []
 
 
@@ -243,10 +245,11 @@ def test_a_backend_that_fails_every_request_still_ends_the_batch(moto_aws: Aws, 
     batch_id = create(moto_aws, LINES, shard_size=5, monkeypatch=monkeypatch)
     # When it runs: every request is retried, then recorded with the backend's status and message
     header = run_to_end(moto_aws, prepare(moto_aws))
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 0, "failed": 5})
-    assert header["output_file_id"] is None
-    errors = read(moto_aws, header["error_file_id"])
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 0, "failed": 5})
+    assert header.output_file_id is None
+    errors = read(moto_aws, header.error_file_id)
     assert [line["custom_id"] for line in errors] == [f"req-{i}" for i in range(1, 6)]
     assert {line["response"]["status_code"] for line in errors} == {502}
     assert {line["response"]["body"]["error"]["code"] for line in errors} == {"upstream_unavailable"}
-    assert batch_id == header["id"]
+    assert batch_id == header.id

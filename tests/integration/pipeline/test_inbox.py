@@ -9,9 +9,8 @@ import json
 from typing import Any
 
 import pytest
-
 from batchinfer.core import ids
-from batchinfer.data import s3, store
+from batchinfer.data import batches, s3
 from support.moto_env import Aws, load_event, sqs_event
 
 LINE = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
@@ -37,12 +36,12 @@ def test_keys_are_decoded_exactly_once(moto_aws: Aws, real_key: str, encoded_key
     event = sqs_event([{"Records": [s3_record(moto_aws.bucket, encoded_key)]}])
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
     batch_id = ids.batch_id_for_object(moto_aws.bucket, real_key, "0123456789abcdef")
-    header = store.get_batch(batch_id)
-    assert (header["input_key"], header["status"]) == (real_key, "validating")
-    assert header["output_prefix"] == "outbox/" + real_key.removeprefix("inbox/").removesuffix(".jsonl") + "/"
+    header = batches.get(batch_id)
+    assert (header.input_key, header.status) == (real_key, "validating")
+    assert header.output_prefix == "outbox/" + real_key.removeprefix("inbox/").removesuffix(".jsonl") + "/"
     # prepare can read the object under that key
     assert moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue"))) == {"batchItemFailures": []}
-    assert store.get_batch(batch_id)["status"] == "in_progress"
+    assert batches.get(batch_id).status == "in_progress"
 
 
 def test_one_event_with_two_records_starts_two_batches_and_repeats_start_none(moto_aws: Aws) -> None:
@@ -51,15 +50,15 @@ def test_one_event_with_two_records_starts_two_batches_and_repeats_start_none(mo
     body = {"Records": [s3_record(moto_aws.bucket, "inbox/x.jsonl"), s3_record(moto_aws.bucket, "inbox/y.jsonl")]}
     for _ in range(2):  # the same notification delivered twice
         assert moto_aws.invoke("UploadTriggerFunction", sqs_event([body])) == {"batchItemFailures": []}
-    batches, _ = store.list_batches("default", limit=10, after=None)
-    assert sorted(b["input_key"] for b in batches) == ["inbox/x.jsonl", "inbox/y.jsonl"]
+    found, _ = batches.page("default", limit=10, after=None)
+    assert sorted(b.input_key for b in found) == ["inbox/x.jsonl", "inbox/y.jsonl"]
 
 
 def test_other_keys_and_the_test_event_are_ignored(moto_aws: Aws) -> None:
     test_event = {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": moto_aws.bucket}
     other = {"Records": [s3_record(moto_aws.bucket, "outbox/x/output.jsonl")]}
     assert moto_aws.invoke("UploadTriggerFunction", sqs_event([test_event, other])) == {"batchItemFailures": []}
-    assert store.list_batches("default", limit=10, after=None) == ([], False)
+    assert batches.page("default", limit=10, after=None) == ([], False)
 
 
 def test_a_missing_object_fails_its_batch_once(moto_aws: Aws) -> None:
@@ -68,7 +67,7 @@ def test_a_missing_object_fails_its_batch_once(moto_aws: Aws) -> None:
         "batchinfer-123456789012-us-east-1-data", moto_aws.bucket)
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
     assert moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue"))) == {"batchItemFailures": []}
-    [batch], _ = store.list_batches("default", limit=10, after=None)
-    assert (batch["input_key"], batch["status"]) == ("inbox/q1 summary (2).jsonl", "failed")
-    assert batch["errors"]["data"][0]["code"] == "input_file_unavailable"
+    [batch], _ = batches.page("default", limit=10, after=None)
+    assert (batch.input_key, batch.status) == ("inbox/q1 summary (2).jsonl", "failed")
+    assert batch.errors.data[0].code == "input_file_unavailable"
     assert moto_aws.messages("PrepareQueue") == []  # not retried forever

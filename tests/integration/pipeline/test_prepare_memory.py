@@ -17,13 +17,12 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
-
 from batchinfer.core import aws, ids
-from batchinfer.data import store
+from batchinfer.core.settings import get_settings
+from batchinfer.data import batches
+from batchinfer.data.s3 import upload_stream
 from batchinfer.pipeline import intake
 from batchinfer.pipeline.prepare import prepare_batch
-from batchinfer.core.settings import get_settings
-from batchinfer.data.s3 import upload_stream
 from batchinfer_local.functions import function_specs, merged_environment
 from batchinfer_local.resources import create_resources
 from batchinfer_local.stack import DEFAULT_TEMPLATE
@@ -105,9 +104,9 @@ def test_prepare_of_100k_lines_stays_under_a_fixed_bound(moto_server: str) -> No
         tracemalloc.stop()
 
     # Then it sharded everything while its peak stayed far below the file's size
-    header = store.get_batch(batch_id)
+    header = batches.get(batch_id)
     shard_size = get_settings().shard_size
-    assert (header["request_counts"]["total"], header["shards_total"]) == (LINES, -(-LINES // shard_size))
+    assert (header.request_counts.total, header.shards_total) == (LINES, -(-LINES // shard_size))
     assert size > 3 * BOUND_BYTES
     print(f"prepare peak {peak / 2**20:.1f} MiB for {size / 2**20:.0f} MiB")
     assert peak < BOUND_BYTES, f"peak {peak / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB file"

@@ -8,11 +8,12 @@ import json
 from typing import Any
 
 import pytest
-
 from batchinfer.core import chaos, ids
-from batchinfer.data import s3, store
-from batchinfer.pipeline import intake
 from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, files, s3
+from batchinfer.data.items import BatchChanges, BatchHeader
+from batchinfer.data.table import now
+from batchinfer.pipeline import intake
 from batchinfer.wire.status import BatchStatus
 from support.invariant import assert_batch_invariant
 from support.moto_env import Aws, sqs_event
@@ -39,8 +40,8 @@ def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str
 def file_bytes(file_id: str | None) -> bytes | None:
     if file_id is None:
         return None
-    item = store.get_file(file_id)
-    return s3.get_bytes(item["bucket"], item["key"])
+    item = files.get(file_id)
+    return s3.get_bytes(item.bucket, item.key)
 
 
 def during_last_commit(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
@@ -51,10 +52,10 @@ def during_last_commit(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
     monkeypatch.setattr(chaos, "crash_point", crash_point)
 
 
-def finish(aws: Aws, batch_id: str) -> dict[str, Any]:
+def finish(aws: Aws, batch_id: str) -> BatchHeader:
     aws.invoke("AggregatorFunction", sqs_event(aws.messages("FinalizeQueue") or [{"batch_id": batch_id}]))
-    header = store.get_batch(batch_id)
-    assert_batch_invariant(header, TEXT, file_bytes(header["output_file_id"]), file_bytes(header["error_file_id"]))
+    header = batches.get(batch_id)
+    assert_batch_invariant(header.model_dump(), TEXT, file_bytes(header.output_file_id), file_bytes(header.error_file_id))
     return header
 
 
@@ -63,22 +64,24 @@ def test_cancel_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.M
     moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
 
     def cancel_and_aggregate() -> None:
-        store.transition(batch_id, BatchStatus.CANCELLING)
+        batches.transition(batch_id, BatchStatus.CANCELLING)
         moto_aws.invoke("AggregatorFunction", sqs_event([{"batch_id": batch_id}]))
 
     during_last_commit(monkeypatch, cancel_and_aggregate)
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # its commit finds the batch sealed
     header = finish(moto_aws, batch_id)
-    assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 4, "completed": 2, "failed": 2})
+    assert (header.status, header.request_counts.model_dump()) == (
+        "cancelled", {"total": 4, "completed": 2, "failed": 2})
 
 
 def test_last_shard_wins_against_a_cancel(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     batch_id, (first, last) = start(moto_aws, monkeypatch)
     moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
-    during_last_commit(monkeypatch, lambda: store.transition(batch_id, BatchStatus.CANCELLING))
+    during_last_commit(monkeypatch, lambda: batches.transition(batch_id, BatchStatus.CANCELLING))
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # commits: cancelling does not seal by itself
     header = finish(moto_aws, batch_id)
-    assert (header["status"], header["request_counts"]) == ("cancelled", {"total": 4, "completed": 4, "failed": 0})
+    assert (header.status, header.request_counts.model_dump()) == (
+        "cancelled", {"total": 4, "completed": 4, "failed": 0})
 
 
 def test_expiry_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,14 +89,15 @@ def test_expiry_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.M
     moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
 
     def expire() -> None:
-        store.update_batch(batch_id, sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
+        batches.update(batch_id, BatchChanges(expires_at=now() - 1))
         moto_aws.invoke("SweeperFunction", {})
 
     during_last_commit(monkeypatch, expire)
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))
     header = finish(moto_aws, batch_id)
-    assert (header["status"], header["request_counts"]) == ("expired", {"total": 4, "completed": 2, "failed": 2})
-    assert {json.loads(line)["error"]["code"] for line in file_bytes(header["error_file_id"]).splitlines()} == {
+    assert (header.status, header.request_counts.model_dump()) == (
+        "expired", {"total": 4, "completed": 2, "failed": 2})
+    assert {json.loads(line)["error"]["code"] for line in file_bytes(header.error_file_id).splitlines()} == {
         "batch_expired"}
 
 
@@ -101,7 +105,8 @@ def test_completion_wins_against_expiry(moto_aws: Aws, monkeypatch: pytest.Monke
     batch_id, messages = start(moto_aws, monkeypatch)
     moto_aws.invoke("ShardWorkerFunction", sqs_event(messages))
     moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
-    store.update_batch(batch_id, sets={"expires_at": store.now() - 1}, condition="attribute_exists(PK)")
+    batches.update(batch_id, BatchChanges(expires_at=now() - 1))
     assert moto_aws.invoke("SweeperFunction", {})["expired"] == 0  # terminal batches are never reopened
     header = finish(moto_aws, batch_id)
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 4, "completed": 4, "failed": 0})
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 4, "completed": 4, "failed": 0})

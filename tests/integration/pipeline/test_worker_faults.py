@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
-
 from batchinfer.core import chaos, ids
-from batchinfer.data import s3, store
-from batchinfer.pipeline import intake, worker
 from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, files, s3, shards
+from batchinfer.data.items import BatchHeader
+from batchinfer.data.table import CONFLICT_ATTEMPTS
+from batchinfer.pipeline import intake, worker
+from support.data import intercept_transactions
 from support.moto_env import Aws, sqs_event
 
 pytestmark = pytest.mark.model
@@ -70,18 +72,18 @@ def crash(monkeypatch: pytest.MonkeyPatch, point: str, on_call: int) -> None:
     monkeypatch.setattr(chaos, "crash_point", crash_point)
 
 
-def finish(aws: Aws, message: dict[str, Any]) -> dict[str, Any]:
+def finish(aws: Aws, message: dict[str, Any]) -> BatchHeader:
     time.sleep(2.1)  # the dead worker's lease runs out (SHARD_LEASE_SECONDS=1, whole seconds)
     assert aws.invoke("ShardWorkerFunction", sqs_event([message])) == {"batchItemFailures": []}
     aws.invoke("AggregatorFunction", sqs_event(aws.messages("FinalizeQueue")))
-    header = store.get_batch(message["batch_id"])
+    header = batches.get(message["batch_id"])
     assert header is not None
     return header
 
 
-def output_ids(header: dict[str, Any]) -> list[str]:
-    item = store.get_file(header["output_file_id"])
-    return [json.loads(line)["custom_id"] for line in s3.get_bytes(item["bucket"], item["key"]).splitlines()]
+def output_ids(header: BatchHeader) -> list[str]:
+    item = files.get(header.output_file_id)
+    return [json.loads(line)["custom_id"] for line in s3.get_bytes(item.bucket, item.key).splitlines()]
 
 
 def test_dies_after_writing_results_before_recording_them(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
@@ -91,15 +93,32 @@ def test_dies_after_writing_results_before_recording_them(moto_aws: Aws, monkeyp
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # the invocation dies: SQS redelivers
         moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
     written = s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0))
-    assert store.get_shard(batch_id, 0)["next_index"] == 0
+    assert shards.get(batch_id, 0).next_index == 0
     assert len(calls) == 5
 
     header = finish(moto_aws, message)
 
     assert len(calls) == 5  # the written results were committed, not asked for again
     assert s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) == written
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 5, "failed": 0})
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 5, "failed": 0})
     assert output_ids(header) == [f"r{i}" for i in range(5)]
+
+
+def test_a_commit_that_keeps_conflicting_fails_the_invocation(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
+                                                              calls: list[str]) -> None:
+    batch_id, message = start(moto_aws, monkeypatch)
+    seen = intercept_transactions(monkeypatch, *["conflict"] * CONFLICT_ATTEMPTS)
+    with pytest.raises(BatchProcessingError, match="TransactionConflict"):  # SQS redelivers: never "counted"
+        moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
+    assert len(seen.calls) == CONFLICT_ATTEMPTS
+    assert shards.get(batch_id, 0).next_index == 0 and batches.get(batch_id).request_counts.completed == 0
+
+    header = finish(moto_aws, message)
+
+    assert len(calls) == 5  # the redelivery committed the written results, not asked for again
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 5, "failed": 0})
 
 
 def test_dies_halfway_through_a_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
@@ -108,14 +127,15 @@ def test_dies_halfway_through_a_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyP
     crash(monkeypatch, "crash_after_commit", on_call=2)
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # the invocation dies: SQS redelivers
         moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
-    assert store.get_shard(batch_id, 0)["next_index"] == 2
+    assert shards.get(batch_id, 0).next_index == 2
 
     header = finish(moto_aws, message)
 
     assert sorted(calls) == [f"Say r{i}." for i in range(5)]  # each request sent once
-    shard = store.get_shard(batch_id, 0)
-    assert [(p["start"], p["end"]) for p in shard["parts"]] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 5, "failed": 0})
+    shard = shards.get(batch_id, 0)
+    assert [(p.start, p.end) for p in shard.parts] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 5, "failed": 0})
     assert output_ids(header) == [f"r{i}" for i in range(5)]
 
 
@@ -126,29 +146,31 @@ def test_time_limit_commits_what_finished_and_continues(moto_aws: Aws, monkeypat
     outcome = worker.process_shard(worker.sqs.ShardMessage(**message), owner="first",
                                    time_left_ms=lambda: 0 if calls else 10**9)
     assert outcome == "continued"
-    assert store.get_shard(batch_id, 0)["next_index"] == 1
+    assert shards.get(batch_id, 0).next_index == 1
     [continuation] = moto_aws.messages("ShardsQueue")
     assert continuation == message
     assert moto_aws.invoke("ShardWorkerFunction", sqs_event([continuation])) == {"batchItemFailures": []}
     moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
-    header = store.get_batch(batch_id)
+    header = batches.get(batch_id)
     assert sorted(calls) == [f"Say r{i}." for i in range(5)]
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 5, "failed": 0})
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 5, "failed": 0})
     assert output_ids(header) == [f"r{i}" for i in range(5)]
 
 
 def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
                                                                   calls: list[str]) -> None:
-    batch_id, message = start(moto_aws, monkeypatch, MAX_SHARD_ATTEMPTS="1")
+    _, message = start(moto_aws, monkeypatch, MAX_SHARD_ATTEMPTS="1")
     crash(monkeypatch, "crash_before_commit", on_call=1)
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # attempt 1 dies
         moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
     monkeypatch.setattr(s3, "head_metadata", lambda bucket, key: None)  # and its results were lost
     header = finish(moto_aws, message)  # attempt 2 > MAX_SHARD_ATTEMPTS
     assert len(calls) == 5
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 0, "failed": 5})
-    item = store.get_file(header["error_file_id"])
-    lines = [json.loads(line) for line in s3.get_bytes(item["bucket"], item["key"]).splitlines()]
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 0, "failed": 5})
+    item = files.get(header.error_file_id)
+    lines = [json.loads(line) for line in s3.get_bytes(item.bucket, item.key).splitlines()]
     assert [(line["custom_id"], line["response"], line["error"]["code"]) for line in lines] == [
         (f"r{i}", None, "processing_failed") for i in range(5)]
 
@@ -156,7 +178,7 @@ def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws
 def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
                                                               calls: list[str]) -> None:
     # Given a shard whose message never gets processed (say every delivery died and it sits in the DLQ)
-    batch_id, message = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
+    batch_id, _ = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
     time.sleep(1.1)
     # When the sweeper finds it stuck: it re-drives it twice, then gives up on it
     sweeps = []
@@ -166,9 +188,10 @@ def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(moto_aws: Aws, mon
     assert [(s["shards"], s["failed_shards"]) for s in sweeps] == [(1, 0), (1, 0), (0, 1)]
     # Then the batch ends with those lines in error.jsonl
     moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
-    header = store.get_batch(batch_id)
+    header = batches.get(batch_id)
     assert calls == []
-    assert (header["status"], header["request_counts"]) == ("completed", {"total": 5, "completed": 0, "failed": 5})
-    item = store.get_file(header["error_file_id"])
-    lines = [json.loads(line) for line in s3.get_bytes(item["bucket"], item["key"]).splitlines()]
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed", {"total": 5, "completed": 0, "failed": 5})
+    item = files.get(header.error_file_id)
+    lines = [json.loads(line) for line in s3.get_bytes(item.bucket, item.key).splitlines()]
     assert {line["error"]["code"] for line in lines} == {"processing_failed"}

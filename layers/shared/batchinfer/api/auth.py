@@ -15,9 +15,9 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 
-from batchinfer.data import accounts
-from batchinfer.data.accounts import ApiKey
 from batchinfer.api.errors import ApiError
+from batchinfer.data import accounts
+from batchinfer.data.items import ApiKey
 
 # Served without a key: the API's own description.
 OPEN_PATHS = frozenset({"/v1/openapi.json", "/v1/swagger"})

@@ -5,20 +5,21 @@ https://platform.openai.com/docs/api-reference/batch
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
-from batchinfer.core import ids
-from batchinfer.data import accounts, locations, s3, sqs, store
-from batchinfer.pipeline import intake
 from batchinfer.api import links, tokenhub
 from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented
+from batchinfer.core import ids
 from batchinfer.core.observability import logger
-from batchinfer.wire.openai import Batch, BatchList, CreateBatchRequest, window_hours
 from batchinfer.core.settings import get_settings
+from batchinfer.data import accounts, batches, locations, s3, sqs
+from batchinfer.data.items import BatchHeader
+from batchinfer.pipeline import intake
+from batchinfer.wire.openai import Batch, BatchList, CreateBatchRequest, window_hours
 from batchinfer.wire.status import BatchStatus
 
 router = Router()
@@ -29,33 +30,33 @@ After = Annotated[str | None,
                   Query(max_length=MAX_ID_LENGTH, description="the last batch id of the previous page")]
 
 
-def batch_view(item: dict[str, Any]) -> Batch:
-    """The public Batch object of a header item (internal attributes dropped).
+def batch_view(item: BatchHeader) -> Batch:
+    """The public Batch object of a batch header (internal attributes dropped).
 
     For results in user storage (TokenHub `output_target`), `output_file_id` / `error_file_id` are the
     objects' paths and `output_file_url` / `error_file_url` fresh presigned download URLs.
     """
-    batch = Batch.model_validate({k: item[k] for k in Batch.model_fields if k in item})
+    batch = Batch.model_validate(item.model_dump(include=set(Batch.model_fields), exclude_none=True))
     if batch.output_target == "file":
         return batch
-    settings, where = get_settings(), item.get("output_where", "")
+    settings, where = get_settings(), item.output_where
     changes: dict[str, str | None] = {}
-    for kind in ("output", "error"):
-        if item.get(f"{kind}_file_id"):
-            key = f"{item['output_prefix']}{kind}.jsonl"
-            changes[f"{kind}_file_id"] = locations.located(where, item["output_bucket"], key).uri()
+    for kind, file_id in (("output", item.output_file_id), ("error", item.error_file_id)):
+        if file_id:
+            key = f"{item.output_prefix}{kind}.jsonl"
+            changes[f"{kind}_file_id"] = locations.located(where, item.output_bucket, key).uri()
             try:
-                changes[f"{kind}_file_url"] = s3.presigned_get(item["output_bucket"], key, where=where,
+                changes[f"{kind}_file_url"] = s3.presigned_get(item.output_bucket, key, where=where,
                                                                     expires_in=settings.presign_seconds)
             except locations.InvalidPath:  # COS was switched off since: the path is all we can give
-                logger.warning("no presigned URL for a cos:// result", extra={"batch_id": item["id"]})
+                logger.warning("no presigned URL for a cos:// result", extra={"batch_id": item.id})
     return batch.model_copy(update=changes)
 
 
-def owned_batch(batch_id: str) -> dict[str, Any]:
+def owned_batch(batch_id: str) -> BatchHeader:
     """The header of `batch_id` if the caller's account owns it; else `NotFound` (no existence leak)."""
-    item = store.get_batch(batch_id)
-    if item is None or item.get("account_id") != current_account():
+    item = batches.get(batch_id)
+    if item is None or item.account_id != current_account():
         raise NotFound(f"No batch found with id '{batch_id}'.", code="batch_not_found", param="batch_id")
     return item
 
@@ -90,10 +91,11 @@ def create_batch(request: CreateBatchRequest) -> Batch:
             endpoint=plan.endpoint, completion_window=request.completion_window, metadata=request.metadata,
             name=request.name, output_bucket=plan.output.bucket if plan.output else None,
             output_prefix=plan.output_prefix(batch_id), output_where=plan.output.where if plan.output else "",
-            fields=plan.fields,
+            input_source=request.input_source, output_target=plan.output_target,
+            output_user_s3_path=request.output_user_s3_path, output_user_cos_path=request.output_user_cos_path,
             max_active=account.max_active_batches or settings.max_active_batches,
             max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute)
-    except store.LimitExceeded as error:
+    except accounts.LimitExceeded as error:
         if error.kind == "rate":
             raise TooManyRequests(f"Rate limit reached: {error.limit} batch creations per minute.",
                                   code="rate_limit_exceeded", retry_after=error.retry_after) from None
@@ -113,7 +115,7 @@ def retrieve_batch(batch_id: BatchId) -> Batch:
 def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
                  after: After = None) -> BatchList:
     """The caller's batches, newest first."""
-    items, has_more = store.list_batches(current_account(), limit=limit, after=after)
+    items, has_more = batches.page(current_account(), limit=limit, after=after)
     data = [batch_view(i) for i in items]
     return BatchList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                      has_more=has_more)
@@ -123,14 +125,14 @@ def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page siz
 def cancel_batch(batch_id: BatchId) -> Batch:
     """Cancel a batch that has not ended: `cancelling`, then `cancelled` with the finished results kept."""
     item = owned_batch(batch_id)
-    if item["status"] in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+    if item.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
         return batch_view(item)
-    cancelled = store.transition(batch_id, BatchStatus.CANCELLING)
+    cancelled = batches.transition(batch_id, BatchStatus.CANCELLING)
     if cancelled is None:
         current = owned_batch(batch_id)
-        if current["status"] in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+        if current.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
             return batch_view(current)
-        raise Conflict(f"Batch {batch_id} is {current['status']} and can no longer be cancelled.",
+        raise Conflict(f"Batch {batch_id} is {current.status.value} and can no longer be cancelled.",
                        code="batch_not_cancellable")
     # The aggregator seals the batch, turns the unrun requests into `batch_cancelled` lines and ends it.
     sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])

@@ -6,19 +6,21 @@ https://platform.openai.com/docs/api-reference/files. A file larger than a reque
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path, Query, UploadFile
 
-from batchinfer.core import ids
-from batchinfer.data import s3, store
 from batchinfer.api import links
 from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, NotFound, documented
-from batchinfer.wire.openai import FileDeleted, FileList, FileObject, check_filename
+from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
+from batchinfer.data import files, s3
+from batchinfer.data.items import FileRecord
+from batchinfer.data.table import now
+from batchinfer.wire.openai import FileDeleted, FileList, FileObject, check_filename
 
 router = Router()
 # Lambda responses are capped at 6 MB: larger contents are served by a presigned S3 URL (302).
@@ -27,27 +29,26 @@ MAX_ID_LENGTH = 128
 FileId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
-def file_object(item: dict[str, Any]) -> FileObject:
+def file_object(item: FileRecord) -> FileObject:
     """The public File object of a file record."""
-    return FileObject.model_validate({k: item.get(k) for k in FileObject.model_fields if k in item})
+    return FileObject.model_validate(item.model_dump(include=set(FileObject.model_fields)))
 
 
-def owned_file(file_id: str, account_id: str | None = None) -> dict[str, Any]:
+def owned_file(file_id: str, account_id: str | None = None) -> FileRecord:
     """The file record of `file_id` if the account (default: the caller's) owns it; else `NotFound`
     (no existence leak)."""
-    item = store.get_file(file_id) if len(file_id) <= MAX_ID_LENGTH else None
-    if item is None or item.get("account_id") != (account_id or current_account()):
+    item = files.get(file_id) if len(file_id) <= MAX_ID_LENGTH else None
+    if item is None or item.account_id != (account_id or current_account()):
         raise NotFound(f"No such File object: {file_id}", code="file_not_found", param="file_id")
     return item
 
 
 def new_file_record(*, file_id: str, size: int, filename: str, purpose: str,
-                    account_id: str) -> dict[str, Any]:
+                    account_id: str) -> FileRecord:
     """A file record for an object at `files/<file_id>` of the service bucket."""
-    settings = get_settings()
-    return {"id": file_id, "object": "file", "bytes": size, "created_at": store.now(), "filename": filename,
-            "purpose": purpose, "status": "processed", "account_id": account_id,
-            "bucket": settings.bucket_name, "key": f"files/{file_id}"}
+    return FileRecord(id=file_id, bytes=size, created_at=now(), filename=filename, purpose=purpose,
+                      status="processed", account_id=account_id, bucket=get_settings().bucket_name,
+                      key=f"files/{file_id}")
 
 
 @router.post("/v1/files", responses=documented(None, links=links.FILE))
@@ -61,8 +62,8 @@ def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")]
         raise ApiError(f"file: {error}", code="invalid_filename", param="file") from None
     item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
                            filename=filename, account_id=current_account())
-    s3.put_bytes(item["bucket"], item["key"], file.content)
-    store.put_file(item)
+    s3.put_bytes(item.bucket, item.key, file.content)
+    files.put(item)
     return file_object(item)
 
 
@@ -72,8 +73,8 @@ def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
                order: Annotated[Literal["asc", "desc"], Query()] = "desc",
                purpose: Annotated[str | None, Query(max_length=64)] = None) -> FileList:
     """The caller's files (inputs and batch results)."""
-    items, has_more = store.page_files(current_account(), limit=limit, after=after, purpose=purpose,
-                                       newest_first=order == "desc")
+    items, has_more = files.page(current_account(), limit=limit, after=after, purpose=purpose,
+                                 newest_first=order == "desc")
     data = [file_object(i) for i in items]
     return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
                     has_more=has_more)
@@ -89,8 +90,8 @@ def retrieve_file(file_id: FileId) -> FileObject:
 def delete_file(file_id: FileId) -> FileDeleted:
     """Delete a file and its bytes."""
     item = owned_file(file_id)
-    store.delete_file(file_id)
-    s3.delete(item["bucket"], item["key"], where=item.get("where"))
+    files.delete(file_id)
+    s3.delete(item.bucket, item.key, where=item.where)
     return FileDeleted(id=file_id, deleted=True)
 
 
@@ -100,10 +101,10 @@ def delete_file(file_id: FileId) -> FileDeleted:
 def file_content(file_id: FileId):  # noqa: ANN201 - Powertools can't model a raw Response as a return type
     """A file's bytes (files over 4 MB: a 302 to a presigned S3 URL)."""
     item = owned_file(file_id)
-    where = item.get("where")
-    if item["bytes"] > INLINE_CONTENT_BYTES:
-        url = s3.presigned_get(item["bucket"], item["key"], filename=item["filename"], where=where,
+    where = item.where
+    if item.bytes > INLINE_CONTENT_BYTES:
+        url = s3.presigned_get(item.bucket, item.key, filename=item.filename, where=where,
                                     expires_in=get_settings().presign_seconds)
         return Response(status_code=302, headers={"Location": url}, body="")
-    data = s3.get_bytes(item["bucket"], item["key"], where=where)
+    data = s3.get_bytes(item.bucket, item.key, where=where)
     return Response(status_code=200, content_type="application/octet-stream", body=data)

@@ -14,16 +14,15 @@ bucket must exist (`400 output_path_unavailable`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from batchinfer.data import locations
-from batchinfer.data.accounts import Account
 from batchinfer.api.errors import ApiError, Forbidden
 from batchinfer.api.files import owned_file
-from batchinfer.data.locations import InvalidPath, Location, Unavailable
-from batchinfer.wire.openai import CHAT_ENDPOINT, CreateBatchRequest
 from batchinfer.core.settings import get_settings
+from batchinfer.data import locations
+from batchinfer.data.items import Account
+from batchinfer.data.locations import InvalidPath, Location, Unavailable
+from batchinfer.wire.openai import CHAT_ENDPOINT, CreateBatchRequest, OutputTarget
 
 _SCHEME = {"user_s3": "s3", "user_cos": "cos"}
 _PATH_FIELD = {"user_s3": "output_user_s3_path", "user_cos": "output_user_cos_path"}
@@ -38,7 +37,7 @@ class Plan:
     input_key: str
     input_where: str = ""
     output: Location | None = None  # None: the service bucket, batches/<id>/
-    fields: dict[str, Any] = field(default_factory=dict)
+    output_target: OutputTarget = "file"
 
     def output_prefix(self, batch_id: str) -> str | None:
         """The key prefix of the batch's result files in the output bucket (None: the default)."""
@@ -60,7 +59,7 @@ def _parse(path: str, scheme: str, param: str, *, prefix: bool) -> Location:
     return location
 
 
-def _output_target(request: CreateBatchRequest) -> str:
+def _output_target(request: CreateBatchRequest) -> OutputTarget:
     given = [source for source, name in _PATH_FIELD.items() if getattr(request, name) is not None]
     target = request.output_target or (given[0] if len(given) == 1 else "file")
     for source, name in _PATH_FIELD.items():
@@ -81,15 +80,12 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
                        param="endpoint")
     endpoint = request.endpoint or CHAT_ENDPOINT
     target = _output_target(request)
-    fields: dict[str, Any] = {"input_source": source, "output_target": target,
-                              "output_user_s3_path": request.output_user_s3_path,
-                              "output_user_cos_path": request.output_user_cos_path}
     if source == "file":
         input_file = owned_file(request.input_file_id, account_id)
-        if input_file["purpose"] != "batch":
-            raise ApiError(f"file {request.input_file_id} has purpose {input_file['purpose']!r}, not 'batch'",
+        if input_file.purpose != "batch":
+            raise ApiError(f"file {request.input_file_id} has purpose {input_file.purpose!r}, not 'batch'",
                            code="invalid_file_purpose", param="input_file_id")
-        inputs = (input_file["bucket"], input_file["key"], input_file.get("where", ""))
+        inputs = (input_file.bucket, input_file.key, input_file.where or "")
     else:
         location = _parse(request.input_file_id, _SCHEME[source], "input_file_id", prefix=False)
         _allowed(location, account, "input_file_id")
@@ -113,4 +109,4 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
             raise ApiError(f"The output path cannot be used ({error.code}).", code="output_path_unavailable",
                            param=_PATH_FIELD[target]) from None
     return Plan(endpoint=endpoint, input_bucket=inputs[0], input_key=inputs[1], input_where=inputs[2],
-                output=output, fields=fields)
+                output=output, output_target=target)

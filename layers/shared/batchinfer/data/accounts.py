@@ -1,18 +1,14 @@
-"""Accounts and their API keys, in the batch table (DESIGN.md).
-
-| item                    | PK                 | SK       | holds                                            |
-|-------------------------|--------------------|----------|--------------------------------------------------|
-| API key                 | `KEY#<sha256>`     | `META`   | key_id, account_id, name, created_at, revoked_at |
-| key id -> key           | `KEYID#<key_id>`   | `META`   | key_hash, account_id                             |
-| account settings        | `ACCOUNT#<id>`     | `META`   | allowed_buckets, limit overrides                 |
-| active-batch counter    | `ACCOUNT#<id>`     | `LIMITS` | active_batches (`store.create_batch_limited`)    |
-| creations in a minute   | `ACCOUNT#<id>`     | `RATE#<minute>` | creates, ttl                              |
+"""Accounts, their API keys and their counters (active batches, creations per minute); items and keys
+in `keys`.
 
 A key is a bearer secret (`Authorization: Bearer sk-...`, as OpenAI's API takes it); only its
 SHA-256 is stored, so a table dump reveals no usable key. SHA-256 without salt or stretching is
 enough for random 256-bit keys (nothing to brute-force); keys given by hand (a local dev key) are
-stored the same way. Every function takes an optional boto3 `Table` (the CLI passes its own);
-the default is the deployment's table.
+stored the same way. The key and account functions take an optional boto3 `Table` (the CLI passes
+its own); the default is the deployment's table.
+
+The counters are written inside the transactions of `batches` (`count_active`, `count_creation`,
+`uncount_active` give their actions), so they stay exact under concurrent creates and transitions.
 """
 
 from __future__ import annotations
@@ -22,42 +18,37 @@ import secrets
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
-from botocore.exceptions import ClientError
-from pydantic import BaseModel, Field
 
-from batchinfer.core import aws
-from batchinfer.data.store import LIMITS_SK, META, account_pk, now, plain
+from batchinfer.data import keys
+from batchinfer.data.items import Account, ApiKey, KeyPointer
+from batchinfer.data.table import (
+    Table,
+    assignments,
+    conditional,
+    handle,
+    items,
+    now,
+    retry_conflicts,
+    transact,
+)
 
 KEY_PREFIX = "sk-bi-"
+# An active-batch limit frees up when some batch ends; there is no telling when, so suggest a poll.
+ACTIVE_RETRY_AFTER_S = 30
+# A minute's creation counter is kept an hour (DynamoDB TTL), long after its minute is over.
+RATE_TTL_S = 3600
 
 
-class ApiKey(BaseModel):
-    """A stored API key (never the secret itself)."""
+class LimitExceeded(Exception):
+    """A batch creation over an account limit: `kind` is `active` (batches not yet terminal) or `rate`
+    (creations in this calendar minute); `limit` the limit; `retry_after` seconds worth waiting."""
 
-    key_id: str
-    account_id: str
-    name: str | None = None
-    created_at: int
-    revoked_at: int | None = None
-
-
-class Account(BaseModel):
-    """An account's settings. `None` limits mean the deployment's defaults (Settings)."""
-
-    account_id: str
-    allowed_buckets: list[str] = Field(default_factory=list,
-                                       description="`s3://bucket` / `cos://bucket` the account may use")
-    max_active_batches: int | None = Field(None, ge=1)
-    max_creates_per_minute: int | None = Field(None, ge=1)
-
-    def allows(self, bucket_ref: str) -> bool:
-        """True when `bucket_ref` (`s3://bucket` or `cos://bucket`) is on the allowlist."""
-        return bucket_ref in self.allowed_buckets
+    def __init__(self, kind: str, limit: int, retry_after: int) -> None:
+        super().__init__(f"{kind} limit {limit} reached")
+        self.kind, self.limit, self.retry_after = kind, limit, retry_after
 
 
-def _table(table: Any | None) -> Any:
-    return table if table is not None else aws.table()
-
+# ---- keys -----------------------------------------------------------------------------------------
 
 def hash_key(secret: str) -> str:
     """The stored form of an API key: its SHA-256, hex."""
@@ -70,7 +61,7 @@ def new_secret() -> str:
 
 
 def create_key(account_id: str, *, name: str | None = None, secret: str | None = None,
-               table: Any | None = None) -> tuple[str, ApiKey]:
+               table: Table | None = None) -> tuple[str, ApiKey]:
     """Create an API key for `account_id` (the account is created too if new).
 
     `secret` stores a given key (the local stack's dev key) instead of a random one; storing the
@@ -82,106 +73,89 @@ def create_key(account_id: str, *, name: str | None = None, secret: str | None =
     secret = new_secret() if secret is None else secret
     if not secret:
         raise ValueError("API key must not be empty")
-    table = _table(table)
-    digest, at = hash_key(secret), now()
-    record = ApiKey(key_id=f"key_{secrets.token_hex(8)}", account_id=account_id, name=name, created_at=at)
-    item = {"PK": f"KEY#{digest}", "SK": META, "GSI1PK": f"KEYS#{account_id}",
-            "GSI1SK": f"{at:010d}#{record.key_id}", **record.model_dump(exclude_none=True)}
-    try:
-        table.meta.client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": table.name, "Item": item,
-                     "ConditionExpression": "attribute_not_exists(PK)"}},
-            {"Put": {"TableName": table.name,
-                     "Item": {"PK": f"KEYID#{record.key_id}", "SK": META, "key_hash": digest,
-                              "account_id": account_id}}},
-        ])
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "TransactionCanceledException":
-            raise
-        existing = _key_item(table, digest)
-        if existing is None:
-            raise
-        return secret, ApiKey.model_validate(existing)
+    table = handle(table)
+    record = _store_key(account_id, name, hash_key(secret), table)
     ensure_account(account_id, table=table)
     return secret, record
 
 
-def _key_item(table: Any, digest: str) -> dict[str, Any] | None:
-    item = table.get_item(Key={"PK": f"KEY#{digest}", "SK": META}, ConsistentRead=True).get("Item")
-    return plain(item) if item else None
+@retry_conflicts
+def _store_key(account_id: str, name: str | None, digest: str, table: Table) -> ApiKey:
+    """The key and its id pointer in one transaction; the stored key when that secret has one already."""
+    record = ApiKey(key_id=f"key_{secrets.token_hex(8)}", account_id=account_id, name=name, created_at=now())
+    item = {**keys.indexed(keys.api_key(digest), keys.account_keys(account_id),
+                           keys.key_order(record.created_at, record.key_id)), **record.stored()}
+    pointer = {**keys.key_pointer(record.key_id), **KeyPointer(key_hash=digest, account_id=account_id).stored()}
+    if not transact([{"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
+                     {"Put": {"Item": pointer}}], table=table):
+        return record
+    existing = _key(table, digest)
+    if existing is None:  # deleted between the two calls: nothing sensible to return
+        raise RuntimeError("the API key's item exists and does not")
+    return existing
 
 
-def revoke_key(key: str, *, table: Any | None = None) -> ApiKey | None:
+def _key(table: Table, digest: str) -> ApiKey | None:
+    item = table.get_item(Key=keys.api_key(digest), ConsistentRead=True).get("Item")
+    return ApiKey.model_validate(item) if item else None
+
+
+def revoke_key(key: str, *, table: Table | None = None) -> ApiKey | None:
     """Revoke a key given by its id (`key_...`) or by the secret itself.
 
     Takes effect on the next request (keys are not cached). Revoking twice keeps the first time.
     Returns the revoked key, or None when there is no such key.
     """
-    table = _table(table)
+    table = handle(table)
     if key.startswith("key_"):
-        pointer = table.get_item(Key={"PK": f"KEYID#{key}", "SK": META}, ConsistentRead=True).get("Item")
-        if pointer is None:
+        item = table.get_item(Key=keys.key_pointer(key), ConsistentRead=True).get("Item")
+        if item is None:
             return None
-        digest = pointer["key_hash"]
+        digest = KeyPointer.model_validate(item).key_hash
     else:
         digest = hash_key(key)
-    try:
-        result = table.update_item(
-            Key={"PK": f"KEY#{digest}", "SK": META},
-            UpdateExpression="SET revoked_at = if_not_exists(revoked_at, :now)",
-            ConditionExpression="attribute_exists(PK)", ExpressionAttributeValues={":now": now()},
-            ReturnValues="ALL_NEW")
-    except ClientError as error:
-        if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return None
-        raise
-    return ApiKey.model_validate(plain(result["Attributes"]))
+    result = conditional(table.update_item, Key=keys.api_key(digest),
+                         UpdateExpression="SET revoked_at = if_not_exists(revoked_at, :now)",
+                         ConditionExpression="attribute_exists(PK)", ExpressionAttributeValues={":now": now()},
+                         ReturnValues="ALL_NEW")
+    return None if result is None else ApiKey.model_validate(result["Attributes"])
 
 
-def list_keys(account_id: str, *, table: Any | None = None) -> list[ApiKey]:
+def list_keys(account_id: str, *, table: Table | None = None) -> list[ApiKey]:
     """An account's keys (revoked ones included), newest first."""
-    table = _table(table)
-    kwargs: dict[str, Any] = {"IndexName": "GSI1", "ScanIndexForward": False,
-                              "KeyConditionExpression": Key("GSI1PK").eq(f"KEYS#{account_id}")}
-    keys: list[ApiKey] = []
-    while True:
-        page = table.query(**kwargs)
-        keys += [ApiKey.model_validate(plain(i)) for i in page["Items"]]
-        if "LastEvaluatedKey" not in page:
-            return keys
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    table = handle(table)
+    return [ApiKey.model_validate(item) for item in items(
+        table.query, IndexName="GSI1", ScanIndexForward=False,
+        KeyConditionExpression=Key("GSI1PK").eq(keys.account_keys(account_id)))]
 
 
-def authenticate(secret: str | None, *, table: Any | None = None) -> ApiKey | None:
+def authenticate(secret: str | None, *, table: Table | None = None) -> ApiKey | None:
     """The live key whose secret is `secret`, or None (missing, unknown or revoked)."""
     if not secret:
         return None
-    item = _key_item(_table(table), hash_key(secret))
-    if item is None or item.get("revoked_at") is not None:
+    key = _key(handle(table), hash_key(secret))
+    if key is None or key.revoked_at is not None:
         return None
-    return ApiKey.model_validate(item)
+    return key
 
 
-def ensure_account(account_id: str, *, table: Any | None = None) -> None:
-    """Create the account's settings item with defaults unless it exists."""
-    try:
-        _table(table).put_item(Item={"PK": account_pk(account_id), "SK": META, "account_id": account_id,
-                                     "allowed_buckets": [], "created_at": now()},
-                               ConditionExpression="attribute_not_exists(PK)")
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
+# ---- account settings -----------------------------------------------------------------------------
+
+def ensure_account(account_id: str, *, table: Table | None = None) -> bool:
+    """Create the account's settings item with defaults unless it exists; True when it was created."""
+    item = {**keys.account(account_id), **Account(account_id=account_id, created_at=now()).stored()}
+    return conditional(handle(table).put_item, Item=item, ConditionExpression="attribute_not_exists(PK)") is not None
 
 
-def get_account(account_id: str, *, table: Any | None = None) -> Account:
+def get_account(account_id: str, *, table: Table | None = None) -> Account:
     """The account's settings (defaults when it has no settings item)."""
-    item = _table(table).get_item(Key={"PK": account_pk(account_id), "SK": META}).get("Item")
-    return Account.model_validate(plain(item)) if item else Account(account_id=account_id)
+    item = handle(table).get_item(Key=keys.account(account_id)).get("Item")
+    return Account.model_validate(item) if item else Account(account_id=account_id)
 
 
 def configure_account(account_id: str, *, allowed_buckets: list[str] | None = None,
                       max_active_batches: int | None = None, max_creates_per_minute: int | None = None,
-                      table: Any | None = None) -> Account:
+                      table: Table | None = None) -> Account:
     """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged).
 
     Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart).
@@ -202,17 +176,42 @@ def configure_account(account_id: str, *, allowed_buckets: list[str] | None = No
             sets[field] = value
     ensure_account(account_id, table=table)
     if sets:
-        names = {f"#f{i}": name for i, name in enumerate(sets)}
-        values = {f":v{i}": value for i, value in enumerate(sets.values())}
-        assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(sets)))
-        _table(table).update_item(Key={"PK": account_pk(account_id), "SK": META},
-                                  UpdateExpression=f"SET {assignments}", ExpressionAttributeNames=names,
-                                  ExpressionAttributeValues=values)
+        expression, names, values = assignments(sets)
+        handle(table).update_item(Key=keys.account(account_id), UpdateExpression=f"SET {expression}",
+                                  ExpressionAttributeNames=names, ExpressionAttributeValues=values)
     return get_account(account_id, table=table)
 
 
-def active_batches(account_id: str, *, table: Any | None = None) -> int:
+# ---- counters -------------------------------------------------------------------------------------
+
+def active_batches(account_id: str, *, table: Table | None = None) -> int:
     """The account's counter of non-terminal batches (consistent read)."""
-    item = _table(table).get_item(Key={"PK": account_pk(account_id), "SK": LIMITS_SK},
-                                  ConsistentRead=True).get("Item")
+    item = handle(table).get_item(Key=keys.active_counter(account_id), ConsistentRead=True).get("Item")
     return int(item.get("active_batches", 0)) if item else 0
+
+
+def count_active(account_id: str, max_active: int | None) -> dict[str, Any]:
+    """The transaction action adding one to the account's active batches, refused (a failed condition)
+    when `max_active` are counted already (None: never refused)."""
+    update: dict[str, Any] = {"Key": keys.active_counter(account_id), "UpdateExpression": "ADD active_batches :one",
+                              "ExpressionAttributeValues": {":one": 1}}
+    if max_active is not None:
+        update["ConditionExpression"] = "attribute_not_exists(active_batches) OR active_batches < :max"
+        update["ExpressionAttributeValues"][":max"] = max_active
+    return {"Update": update}
+
+
+def uncount_active(account_id: str) -> dict[str, Any]:
+    """The transaction action taking one off the account's active batches (a counted batch ended)."""
+    return {"Update": {"Key": keys.active_counter(account_id), "UpdateExpression": "ADD active_batches :minus",
+                       "ExpressionAttributeValues": {":minus": -1}}}
+
+
+def count_creation(account_id: str, minute: int, max_per_minute: int) -> dict[str, Any]:
+    """The transaction action adding one to the account's creations in the calendar minute starting at
+    `minute` (Unix seconds), refused (a failed condition) when `max_per_minute` were made already."""
+    return {"Update": {
+        "Key": keys.rate_counter(account_id, minute), "UpdateExpression": "ADD creates :one SET #ttl = :ttl",
+        "ExpressionAttributeNames": {"#ttl": "ttl"},
+        "ConditionExpression": "attribute_not_exists(creates) OR creates < :max",
+        "ExpressionAttributeValues": {":one": 1, ":max": max_per_minute, ":ttl": minute + RATE_TTL_S}}}

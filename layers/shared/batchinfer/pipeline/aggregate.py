@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 from batchinfer.core import chaos, ids
-from batchinfer.data import s3, store
+from batchinfer.data import batches, files, s3, shards
+from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
+from batchinfer.data.table import now
 from batchinfer.core.observability import logger
 from batchinfer.wire.openai import result_line
 from batchinfer.core.settings import get_settings
@@ -27,35 +28,33 @@ _NEVER_RAN = {
 }
 
 
-def _seal(header: dict[str, Any]) -> dict[str, Any] | None:
+def _seal(header: BatchHeader) -> BatchHeader | None:
     """Fix the batch's final status and stop shard commits; None if this message has nothing to do."""
-    batch_id, status = header["id"], BatchStatus(header["status"])
-    if status == BatchStatus.FINALIZING or (status == BatchStatus.CANCELLING and header.get("sealed")):
+    batch_id, status = header.id, header.status
+    if status == BatchStatus.FINALIZING or (status == BatchStatus.CANCELLING and header.sealed):
         return header  # a repeated or resumed run
     if status == BatchStatus.CANCELLING:
-        return store.update_batch(batch_id, sets={"sealed": True, "final_status": BatchStatus.CANCELLED.value},
-                                  condition="#s = :cancelling", names={"#s": "status"},
-                                  values={":cancelling": BatchStatus.CANCELLING.value})
-    if status == BatchStatus.IN_PROGRESS and header["shards_done"] >= header["shards_total"]:
-        return store.transition(batch_id, BatchStatus.FINALIZING,
-                                sets={"sealed": True, "final_status": BatchStatus.COMPLETED.value},
-                                condition="shards_done = shards_total")
+        return batches.update(batch_id, BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED),
+                              status=BatchStatus.CANCELLING)
+    if status == BatchStatus.IN_PROGRESS and header.shards_done >= header.shards_total:
+        return batches.transition(batch_id, BatchStatus.FINALIZING, all_shards_done=True,
+                                  changes=BatchChanges(sealed=True, final_status=BatchStatus.COMPLETED))
     return None
 
 
-def _result_parts(bucket: str, shards: list[dict[str, Any]], errors: bool) -> Iterator[bytes]:
+def _result_parts(bucket: str, shards: list[Shard], errors: bool) -> Iterator[bytes]:
     # Each part holds its successes, then its failures; several parts are fetched at once.
-    parts = (part for shard in shards for part in shard["parts"])
-    return s3.iter_ranges(bucket, ((p["key"], p["output_bytes"], p["bytes"]) if errors
-                                        else (p["key"], 0, p["output_bytes"]) for p in parts))
+    parts = (part for shard in shards for part in shard.parts)
+    return s3.iter_ranges(bucket, ((p.key, p.output_bytes, p.bytes) if errors
+                                        else (p.key, 0, p.output_bytes) for p in parts))
 
 
-def _never_ran(batch_id: str, bucket: str, shards: list[dict[str, Any]], final: BatchStatus) -> Iterator[bytes]:
+def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStatus) -> Iterator[bytes]:
     code, message = _NEVER_RAN[final]
     for shard in shards:
-        if shard["next_index"] >= shard["size"]:
+        if shard.next_index >= shard.size:
             continue
-        for request in parse_shard(s3.get_bytes(bucket, shard["input_key"]))[shard["next_index"]:]:
+        for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index:]:
             line = result_line(line_id=ids.request_id(batch_id, request.line), custom_id=request.custom_id,
                                status_code=None, request_id=None, body=None,
                                error={"code": code, "message": message})
@@ -72,47 +71,46 @@ class _LineCounter:
             yield chunk
 
 
-def _write_file(header: dict[str, Any], kind: str, chunks: Iterator[bytes]) -> tuple[str | None, int]:
+def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tuple[str | None, int]:
     """Stream one result file and record it; (file id or None when it has no lines, line count)."""
     counter = _LineCounter(chunks)
-    bucket, key = header["output_bucket"], f"{header['output_prefix']}{kind}.jsonl"
-    where = header.get("output_where") or ""
+    bucket, key = header.output_bucket, f"{header.output_prefix}{kind}.jsonl"
+    where = header.output_where
     size = s3.upload_stream(bucket, key, iter(counter), where=where)
     if not counter.lines:
         return None, 0
-    file_id = ids.result_file_id(header["id"], kind)
-    store.put_file({"id": file_id, "object": "file", "bytes": size, "created_at": store.now(),
-                    "filename": f"{header['id']}_{kind}.jsonl", "purpose": "batch_output",
-                    "status": "processed", "account_id": header["account_id"], "bucket": bucket, "key": key,
-                    "where": where})
+    file_id = ids.result_file_id(header.id, kind)
+    files.put(FileRecord(id=file_id, bytes=size, created_at=now(), filename=f"{header.id}_{kind}.jsonl",
+                         purpose="batch_output", status="processed", account_id=header.account_id, bucket=bucket,
+                         key=key, where=where))
     return file_id, counter.lines
 
 
 def finalize_batch(batch_id: str) -> str:
     """Write the result files of a batch and move it to its final status. Returns that status or `skipped`."""
     settings = get_settings()
-    header = store.get_batch(batch_id)
-    if header is None or is_terminal(BatchStatus(header["status"])):
+    header = batches.get(batch_id)
+    if header is None or is_terminal(header.status):
         return "skipped"
     sealed = _seal(header)
     if sealed is None:
-        logger.info("finalize: nothing to do yet", extra={"batch_id": batch_id, "status": header["status"]})
+        logger.info("finalize: nothing to do yet", extra={"batch_id": batch_id, "status": header.status})
         return "skipped"
-    final = BatchStatus(sealed["final_status"])
+    final = BatchStatus(sealed.final_status)
     # A batch cancelled while validating never ran: shard items prepare may have written don't count.
-    shards = list(store.query_shards(batch_id)) if sealed.get("in_progress_at") else []
-    output_id, completed = _write_file(sealed, "output", _result_parts(settings.bucket_name, shards, errors=False))
+    found = list(shards.query(batch_id)) if sealed.in_progress_at else []
+    output_id, completed = _write_file(sealed, "output", _result_parts(settings.bucket_name, found, errors=False))
     chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
-        yield from _result_parts(settings.bucket_name, shards, errors=True)
+        yield from _result_parts(settings.bucket_name, found, errors=True)
         if final in _NEVER_RAN:
-            yield from _never_ran(batch_id, settings.bucket_name, shards, final)
+            yield from _never_ran(batch_id, settings.bucket_name, found, final)
 
     error_id, failed = _write_file(sealed, "error", error_chunks())
     counts = {"total": completed + failed, "completed": completed, "failed": failed}
-    if final == BatchStatus.COMPLETED and counts["total"] != sealed["request_counts"]["total"]:
+    if final == BatchStatus.COMPLETED and counts["total"] != sealed.request_counts.total:
         logger.error("result lines differ from the input's requests", extra={"batch_id": batch_id, **counts})
-    done = store.transition(batch_id, final, sets={"output_file_id": output_id, "error_file_id": error_id,
-                                                   "request_counts": counts})
+    done = batches.transition(batch_id, final, changes=BatchChanges(
+        output_file_id=output_id, error_file_id=error_id, request_counts=counts))
     return final.value if done else "skipped"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from batchinfer.data import sqs, store
-from batchinfer.wire.openai import window_hours
 from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, sqs
+from batchinfer.data.items import BatchHeader
+from batchinfer.data.table import now
+from batchinfer.wire.openai import InputSource, OutputTarget, window_hours
 from batchinfer.wire.status import BatchStatus
 
 
@@ -14,38 +14,36 @@ def create_batch(*, batch_id: str, account_id: str, input_file_id: str, input_bu
                  endpoint: str, completion_window: str, metadata: dict[str, str] | None = None,
                  name: str | None = None, output_bucket: str | None = None,
                  output_prefix: str | None = None, input_where: str = "", output_where: str = "",
-                 fields: dict[str, Any] | None = None, max_active: int | None = None,
-                 max_per_minute: int | None = None, at: int | None = None) -> dict[str, Any]:
+                 input_source: InputSource | None = None, output_target: OutputTarget | None = None,
+                 output_user_s3_path: str | None = None, output_user_cos_path: str | None = None,
+                 max_active: int | None = None, max_per_minute: int | None = None,
+                 at: int | None = None) -> BatchHeader:
     """Store a batch in `validating`, count it against its account and hand it to prepare.
 
     Idempotent on `batch_id`. Results go to `output_bucket`/`output_prefix` (default: the service
     bucket, `batches/<id>/`); `input_where`/`output_where` say which storage holds those buckets
-    (`batchinfer.data.locations`). `fields` are more public attributes for the header (TokenHub fields).
+    (`batchinfer.data.locations`). `input_source` ... `output_user_cos_path` are the TokenHub fields
+    of the request (None: not given, as for inbox uploads).
     `max_active` / `max_per_minute` are the account's limits (None: counted, never refused).
     `at` is the creation time (Unix seconds, default now).
-    Returns the stored header item (the existing one when `batch_id` was created before).
-    Raises ValueError for a bad `completion_window`, `store.LimitExceeded` over a limit.
+    Returns the stored header (the existing one when `batch_id` was created before).
+    Raises ValueError for a bad `completion_window`, `accounts.LimitExceeded` over a limit.
     """
     settings = get_settings()
-    created_at = store.now() if at is None else at
-    header = {
-        "id": batch_id, "object": "batch", "account_id": account_id, "endpoint": endpoint,
-        "input_file_id": input_file_id, "completion_window": completion_window,
-        "status": BatchStatus.VALIDATING.value, "created_at": created_at,
-        "expires_at": created_at + 3600 * window_hours(completion_window),
-        "request_counts": {"total": 0, "completed": 0, "failed": 0},
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
-        "metadata": metadata, "name": name, "shards_total": 0, "shards_done": 0,
-        "input_bucket": input_bucket, "input_key": input_key, "input_where": input_where,
-        "output_bucket": output_bucket or settings.bucket_name,
-        "output_prefix": output_prefix or f"batches/{batch_id}/", "output_where": output_where,
-        **(fields or {}),
-    }
-    created = store.create_batch_limited(header, max_active=max_active, max_per_minute=max_per_minute,
-                                         at=created_at)
-    stored = header if created else store.get_batch(batch_id)
+    created_at = now() if at is None else at
+    header = BatchHeader(
+        id=batch_id, account_id=account_id, endpoint=endpoint, input_file_id=input_file_id,
+        completion_window=completion_window, status=BatchStatus.VALIDATING, created_at=created_at,
+        expires_at=created_at + 3600 * window_hours(completion_window), metadata=metadata, name=name,
+        input_source=input_source, output_target=output_target, output_user_s3_path=output_user_s3_path,
+        output_user_cos_path=output_user_cos_path, input_bucket=input_bucket, input_key=input_key,
+        input_where=input_where, output_bucket=output_bucket or settings.bucket_name,
+        output_prefix=output_prefix or f"batches/{batch_id}/", output_where=output_where)
+    created = batches.create_limited(header, max_active=max_active, max_per_minute=max_per_minute,
+                                     at=created_at)
+    stored = header.model_copy(update={"active_counted": True}) if created else batches.get(batch_id)
     assert stored is not None
-    if stored["status"] == BatchStatus.VALIDATING:
+    if stored.status == BatchStatus.VALIDATING:
         # Also on a repeated create: the first attempt may have died before sending (prepare is idempotent).
         sqs.send(settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
     return stored

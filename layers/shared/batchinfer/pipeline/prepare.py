@@ -12,17 +12,19 @@ from collections.abc import Iterator
 
 from botocore.exceptions import ClientError
 
-from batchinfer.data import s3, sqs, store
 from batchinfer.backends import load_registry
-from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
-from batchinfer.wire.status import BatchStatus
+from batchinfer.data import batches, s3, shards, sqs
+from batchinfer.data.items import BatchChanges, Shard
 from batchinfer.validation.file import FileValidator
+from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
+from batchinfer.wire.status import BatchStatus
 
 
 def _fail(batch_id: str, errors: list[dict]) -> str:
-    store.transition(batch_id, BatchStatus.FAILED, sets={"errors": {"object": "list", "data": errors}})
+    batches.transition(batch_id, BatchStatus.FAILED,
+                       changes=BatchChanges(errors={"object": "list", "data": errors}))
     return "failed"
 
 
@@ -58,44 +60,44 @@ def shard_lines(lines: PhysicalLineReader, validator: FileValidator,
 def prepare_batch(batch_id: str) -> str:
     """Validate and shard one batch. Returns `in_progress`, `failed`, `resent` or `skipped`."""
     settings = get_settings()
-    header = store.get_batch(batch_id)
+    header = batches.get(batch_id)
     if header is None:
         logger.warning("prepare: no such batch", extra={"batch_id": batch_id})
         return "skipped"
-    if header["status"] == BatchStatus.IN_PROGRESS:
-        pending = [sqs.ShardMessage(batch_id=batch_id, shard=s["shard"])
-                   for s in store.query_shards(batch_id) if s["state"] == "pending"]
+    if header.status == BatchStatus.IN_PROGRESS:
+        pending = [sqs.ShardMessage(batch_id=batch_id, shard=s.shard)
+                   for s in shards.query(batch_id) if s.state == "pending"]
         sqs.send(settings.shards_queue_url, pending)
         return "resent"
-    if header["status"] != BatchStatus.VALIDATING:
+    if header.status != BatchStatus.VALIDATING:
         return "skipped"
 
     registry = load_registry(settings.model_registry)
-    validator = FileValidator(header["endpoint"], registry.__contains__,
+    validator = FileValidator(header.endpoint, registry.__contains__,
                               max_requests=settings.max_requests_per_file, max_file_bytes=settings.max_file_bytes,
                               max_line_bytes=settings.max_line_bytes, max_errors=settings.max_line_errors)
-    shards: list[dict] = []
+    written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
-    source = s3.iter_chunks(header["input_bucket"], header["input_key"], where=header.get("input_where"))
+    source = s3.iter_chunks(header.input_bucket, header.input_key, where=header.input_where)
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     try:
         for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
-            key = s3.shard_key(batch_id, len(shards))
+            key = s3.shard_key(batch_id, len(written))
             s3.put_bytes(settings.bucket_name, key, data)
-            shards.append({"shard": len(shards), "size": size, "first_line": first_line, "input_key": key})
+            written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
     except ClientError as error:
         code = error.response["Error"]["Code"]
         return _fail(batch_id, [{"code": "input_file_unavailable", "line": None, "param": "input_file_id",
                                  "message": f"the input file could not be read ({code})"}])
     if validator.error_count:
         return _fail(batch_id, [e.model_dump() for e in validator.errors])
-    for shard in shards:
-        store.put_shard(batch_id, shard)
-    started = store.transition(batch_id, BatchStatus.IN_PROGRESS, sets={
-        "shards_total": len(shards), "model": validator.model,
-        "request_counts": {"total": validator.request_count, "completed": 0, "failed": 0}})
+    for shard in written:
+        shards.put(batch_id, shard)
+    started = batches.transition(batch_id, BatchStatus.IN_PROGRESS, changes=BatchChanges(
+        shards_total=len(written), model=validator.model,
+        request_counts={"total": validator.request_count, "completed": 0, "failed": 0}))
     if started is None:
         return "skipped"  # cancelled meanwhile, or another prepare got there first
-    sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=s["shard"])
-                                            for s in shards])
+    sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=s.shard)
+                                            for s in written])
     return "in_progress"

@@ -7,49 +7,51 @@ Every re-sent message is safe to receive twice.
 
 from __future__ import annotations
 
-from batchinfer.data import sqs, store
-from batchinfer.pipeline import worker
 from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, shards, sqs
+from batchinfer.data.items import BatchChanges
+from batchinfer.data.table import now
+from batchinfer.pipeline import worker
 from batchinfer.wire.status import BatchStatus
 
 
 def sweep() -> dict[str, int]:
     """One pass over the open batches. Returns counts of actions taken, by kind."""
     settings = get_settings()
-    at = store.now()
+    at = now()
     actions = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
-    for header in store.scan_open_batches():
-        batch_id, status = header["id"], BatchStatus(header["status"])
-        last = max(header.get(k) or 0 for k in ("created_at", "in_progress_at", "progress_at", "finalizing_at",
-                                                "cancelling_at"))
+    for header in batches.scan_open():
+        batch_id, status = header.id, header.status
+        last = max(t or 0 for t in (header.created_at, header.in_progress_at, header.progress_at,
+                                    header.finalizing_at, header.cancelling_at))
         quiet = at - last >= settings.stuck_after_seconds
-        if status == BatchStatus.IN_PROGRESS and at >= header["expires_at"]:
-            if store.transition(batch_id, BatchStatus.FINALIZING, at=at, sets={
-                    "sealed": True, "final_status": BatchStatus.EXPIRED.value}):
+        if status == BatchStatus.IN_PROGRESS and at >= header.expires_at:
+            if batches.transition(batch_id, BatchStatus.FINALIZING, at=at, changes=BatchChanges(
+                    sealed=True, final_status=BatchStatus.EXPIRED)):
                 sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
                 actions["expired"] += 1
         elif status == BatchStatus.VALIDATING and quiet:
             sqs.send(settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
             actions["prepare"] += 1
         elif status == BatchStatus.IN_PROGRESS and quiet:
-            if header["shards_done"] >= header["shards_total"]:
+            if header.shards_done >= header.shards_total:
                 sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
                 actions["finalize"] += 1
                 continue
-            shards = list(store.query_shards(batch_id))
-            if any((s.get("lease_until") or 0) >= at for s in shards if s["state"] == "pending"):
+            found = list(shards.query(batch_id))
+            if any((s.lease_until or 0) >= at for s in found if s.state == "pending"):
                 continue  # a worker holds a live lease: slow, not stuck (its shard's commit is still to come)
-            for shard in shards:
-                if shard["state"] != "pending":
+            for shard in found:
+                if shard.state != "pending":
                     continue
                 # Its messages keep dying (even before a claim, e.g. into the DLQ): give up on its rest.
-                if store.bump_redrives(batch_id, shard["shard"]) > settings.max_shard_attempts:
+                if shards.bump_redrives(batch_id, shard.shard) > settings.max_shard_attempts:
                     worker.fail_shard(batch_id, shard, f"The request was not processed after "
                                                        f"{settings.max_shard_attempts} re-drives.")
                     actions["failed_shards"] += 1
                 else:
                     sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id,
-                                                                                shard=shard["shard"])])
+                                                                                shard=shard.shard)])
                     actions["shards"] += 1
         elif status in (BatchStatus.FINALIZING, BatchStatus.CANCELLING) and quiet:
             sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])

@@ -1,8 +1,8 @@
 """The shard worker: run a shard's requests on the model backend and commit them exactly once.
 
 A shard message may arrive twice (SQS is at-least-once), concurrently or after the shard is done.
-One message at a time holds the shard's lease (`store.claim_shard`); results go to a deterministic
-key with one PUT; `store.commit_shard` counts them in one transaction guarded by the shard's
+One message at a time holds the shard's lease (`shards.claim`); results go to a deterministic
+key with one PUT; `shards.commit` counts them in one transaction guarded by the shard's
 `next_index`, so repeated work never counts twice. Near the Lambda time limit the worker stops
 launching requests, commits what finished and enqueues a continuation for the rest.
 """
@@ -23,7 +23,8 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from batchinfer.core import chaos, ids
-from batchinfer.data import s3, sqs, store
+from batchinfer.data import batches, s3, shards, sqs
+from batchinfer.data.items import ResultPart, Shard
 from batchinfer.backends import chaos as backend_chaos
 from batchinfer.backends import load_registry
 from batchinfer.backends.base import BackendError, ChatBackend
@@ -273,7 +274,7 @@ def never_ran(batch_id: str, requests: list[Request], code: str, message: str) -
     return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
 
 
-def _recover(batch_id: str, shard_no: int, start: int) -> tuple[dict[str, Any], dict[str, int]] | None:
+def _recover(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict[str, int]] | None:
     """Results an earlier attempt wrote for `[start, ...)` but died before committing, if any."""
     settings = get_settings()
     key = s3.result_key(batch_id, shard_no, start)
@@ -281,8 +282,8 @@ def _recover(batch_id: str, shard_no: int, start: int) -> tuple[dict[str, Any], 
     if meta is None or "end" not in meta:
         return None
     counts = {name: int(meta[name.replace("_", "-")]) for name in _COUNTS}
-    part = {"key": key, "start": start, "end": int(meta["end"]), "output_bytes": int(meta["output-bytes"]),
-            "bytes": int(meta["bytes"])}
+    part = ResultPart(key=key, start=start, end=int(meta["end"]), output_bytes=int(meta["output-bytes"]),
+                      bytes=int(meta["bytes"]))
     return part, counts
 
 
@@ -290,10 +291,10 @@ _COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
 
 
 def _write_part(batch_id: str, shard_no: int, start: int, end: int, data: bytes, output_bytes: int,
-                counts: dict[str, int]) -> dict[str, Any]:
+                counts: dict[str, int]) -> ResultPart:
     """One PUT of a part's result lines; its counts ride along as object metadata for `_recover`."""
     key = s3.result_key(batch_id, shard_no, start)
-    part = {"key": key, "start": start, "end": end, "output_bytes": output_bytes, "bytes": len(data)}
+    part = ResultPart(key=key, start=start, end=end, output_bytes=output_bytes, bytes=len(data))
     metadata = {"end": str(end), "output-bytes": str(output_bytes), "bytes": str(len(data)),
                 **{name.replace("_", "-"): str(counts[name]) for name in _COUNTS}}
     s3.put_bytes(get_settings().bucket_name, key, data, metadata=metadata)
@@ -314,24 +315,24 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     """
     settings = get_settings()
     batch_id, shard_no = message.batch_id, message.shard
-    header = store.get_batch(batch_id)
-    if header is None or header["status"] != BatchStatus.IN_PROGRESS or header.get("sealed"):
+    header = batches.get(batch_id)
+    if header is None or header.status != BatchStatus.IN_PROGRESS or header.sealed:
         return "stopped"
     lease_seconds = settings.shard_lease_seconds or time_left_ms() // 1000 + 60
-    shard = store.claim_shard(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
+    shard = shards.claim(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     if shard is None:
         return "duplicate"
-    start, size = shard["next_index"], shard["size"]
-    requests = parse_shard(s3.get_bytes(settings.bucket_name, shard["input_key"]))
-    backend = backend_chaos.wrap(for_endpoint(load_registry(settings.model_registry).backend(header["model"]),
-                                      header["endpoint"]))
-    recover = shard["attempts"] > 1
+    start, size = shard.next_index, shard.size
+    requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))
+    backend = backend_chaos.wrap(for_endpoint(load_registry(settings.model_registry).backend(header.model),
+                                      header.endpoint))
+    recover = shard.attempts > 1
     while start < size:
         found = _recover(batch_id, shard_no, start) if recover else None
         recover = False
         if found:
             part, counts = found
-        elif shard["attempts"] > settings.max_shard_attempts:
+        elif shard.attempts > settings.max_shard_attempts:
             data, counts = never_ran(batch_id, requests[start:], "processing_failed",
                                      f"The request could not be processed after {settings.max_shard_attempts} attempts.")
             part = _write_part(batch_id, shard_no, start, size, data, 0, counts)
@@ -350,17 +351,16 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
             data, output_bytes, counts = render(batch_id, outcomes)
             part = _write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
         chaos.crash_point("crash_before_commit")
-        if not store.commit_shard(batch_id, shard_no, start=start, end=part["end"], size=size, part=part,
-                                  keep_lease=True, **counts):
+        if not shards.commit(batch_id, shard_no, part, size=size, keep_lease=True, **counts):
             logger.info("shard commit condition failed: counted by another attempt",
                         extra={"batch_id": batch_id, "shard": shard_no})
             return "conflict"
         chaos.crash_point("crash_after_commit")
-        start = part["end"]
+        start = part.end
         if time_left_ms() < settings.time_reserve_ms:
             break
     if start < size:
-        store.release_shard(batch_id, shard_no, owner=owner)
+        shards.release(batch_id, shard_no, owner=owner)
         sqs.send(settings.shards_queue_url, [message])
         return "continued"
     _finalize_if_last(batch_id)
@@ -369,22 +369,22 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
 
 def _finalize_if_last(batch_id: str) -> None:
     """After a shard is done: the commit that completed the last shard asks for aggregation."""
-    after = store.get_batch(batch_id)
-    if after and after["shards_done"] >= after["shards_total"]:
+    after = batches.get(batch_id)
+    if after and after.shards_done >= after.shards_total:
         sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
 
 
-def fail_shard(batch_id: str, shard: dict[str, Any], reason: str) -> bool:
+def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     """Record a shard's unfinished requests as `processing_failed` error lines (its messages keep dying).
 
     Returns False when another attempt committed first (nothing written counts).
     """
     settings = get_settings()
-    start, size = shard["next_index"], shard["size"]
-    requests = parse_shard(s3.get_bytes(settings.bucket_name, shard["input_key"]))[start:]
+    start, size = shard.next_index, shard.size
+    requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))[start:]
     data, counts = never_ran(batch_id, requests, "processing_failed", reason)
-    part = _write_part(batch_id, shard["shard"], start, size, data, 0, counts)
-    if not store.commit_shard(batch_id, shard["shard"], start=start, end=size, size=size, part=part, **counts):
+    part = _write_part(batch_id, shard.shard, start, size, data, 0, counts)
+    if not shards.commit(batch_id, shard.shard, part, size=size, **counts):
         return False
     _finalize_if_last(batch_id)
     return True

@@ -1,0 +1,207 @@
+"""The items of the batch table as pydantic models: exactly the attributes stored (keys aside, see
+`keys`).
+
+Reading: DynamoDB returns numbers as `Decimal`; pydantic's lax mode turns them into the fields'
+`int`s. Attributes a model does not know (the table and index keys) are ignored. Writing:
+`Item.stored()` leaves out `None` fields, because several conditions test whether an attribute
+exists (`attribute_not_exists(sealed)`, `attribute_not_exists(lease_until)`, `if_not_exists(revoked_at)`):
+an attribute that is absent until a later write must not be stored as NULL.
+Times are Unix seconds; sizes and offsets bytes, unless a field says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from batchinfer.wire.openai import BatchErrors, FileObject, InputSource, OutputTarget, RequestCounts
+from batchinfer.wire.status import BatchStatus
+
+
+class Item(BaseModel):
+    """A stored item."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    def stored(self) -> dict[str, Any]:
+        """The attributes to store (JSON-compatible values; `None` fields left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class TokenTotals(BaseModel):
+    """A batch's token totals over its successful requests (the header's `usage` map)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class BatchHeader(Item):
+    """A batch: the OpenAI Batch fields (`wire.openai.Batch`) plus where it reads and writes and its
+    bookkeeping. Written by `pipeline.intake`; every status change is a conditional write
+    (`batches.transition`)."""
+
+    id: str
+    object: Literal["batch"] = "batch"
+    account_id: str
+    endpoint: str
+    model: str | None = Field(None, description="the requests' model, known once prepare validated them")
+    input_file_id: str
+    completion_window: str
+    status: BatchStatus = BatchStatus.VALIDATING
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: BatchErrors | None = None
+    created_at: int
+    in_progress_at: int | None = None
+    expires_at: int
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    request_counts: RequestCounts = Field(default_factory=RequestCounts)
+    usage: TokenTotals = Field(default_factory=TokenTotals)
+    metadata: dict[str, str] | None = None
+    name: str | None = None
+    # TokenHub dialect (None on inbox batches: the Batch object's defaults apply)
+    input_source: InputSource | None = None
+    output_target: OutputTarget | None = None
+    output_user_s3_path: str | None = None
+    output_user_cos_path: str | None = None
+    # internal
+    shards_total: int = 0
+    shards_done: int = Field(0, description="shards whose last request was committed")
+    input_bucket: str
+    input_key: str
+    input_where: str = Field("", description="the storage of input_bucket (`data.locations`): '' is S3")
+    output_bucket: str
+    output_prefix: str = Field(description="key prefix of output.jsonl / error.jsonl")
+    output_where: str = ""
+    active_counted: bool | None = Field(None, description="True: counted in the account's active batches")
+    sealed: bool | None = Field(None, description="True once the aggregator fixed the final status; "
+                                                  "absent before (shard commits require that)")
+    final_status: BatchStatus | None = Field(None, description="the terminal status a sealed batch ends in")
+    progress_at: int | None = Field(None, description="time of the last shard commit")
+
+
+class BatchChanges(BaseModel):
+    """Header attributes a write after creation may SET (`batches.transition`, `batches.update`): only
+    the fields given are written, each whole."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    errors: BatchErrors | None = None
+    request_counts: RequestCounts | None = None
+    shards_total: int | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    expires_at: int | None = None
+    sealed: bool | None = None
+    final_status: BatchStatus | None = None
+
+    def assigned(self) -> dict[str, Any]:
+        """The given fields as attribute values (a field given as None is SET to NULL)."""
+        return self.model_dump(mode="json", include=self.model_fields_set)
+
+
+class ResultPart(BaseModel):
+    """One committed run of a shard's requests `[start, end)` (0-based within the shard): its result
+    lines at `key` of the service bucket, successes in bytes `[0, output_bytes)`, failures after."""
+
+    key: str
+    start: int
+    end: int
+    output_bytes: int
+    bytes: int
+
+
+class Shard(Item):
+    """A shard: `size` requests of a batch, from input line `first_line` (1-based), in the shard file
+    `input_key`; requests `[0, next_index)` are committed (in `parts`, counted in the header)."""
+
+    shard: int
+    size: int
+    first_line: int
+    input_key: str
+    state: Literal["pending", "done"] = "pending"
+    next_index: int = 0
+    parts: list[ResultPart] = Field(default_factory=list)
+    completed: int = 0
+    failed: int = 0
+    attempts: int = Field(0, description="claims so far")
+    redrives: int | None = Field(None, description="re-drives by the sweeper; absent until the first")
+    lease_owner: str | None = None
+    lease_until: int | None = Field(None, description="the lease's end; absent when not leased")
+    updated_at: int | None = Field(None, description="time of the last commit")
+
+
+class FileRecord(Item):
+    """A file: the OpenAI File fields plus its owner and object (`where`: its storage, `data.locations`)."""
+
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: str
+    status: str = "processed"
+    account_id: str
+    bucket: str
+    key: str
+    where: str | None = None
+
+
+class UploadRecord(Item):
+    """An upload (`api.uploads`): the OpenAI Upload fields, its owner and the object its bytes go to;
+    `file` is the File it became once completed."""
+
+    id: str
+    object: Literal["upload"] = "upload"
+    bytes: int
+    created_at: int
+    expires_at: int
+    filename: str
+    purpose: str
+    status: Literal["pending", "completed", "cancelled"] = "pending"
+    mime_type: str
+    account_id: str
+    file_id: str
+    bucket: str
+    key: str
+    file: FileObject | None = None
+
+
+class ApiKey(Item):
+    """A stored API key (never the secret itself)."""
+
+    key_id: str
+    account_id: str
+    name: str | None = None
+    created_at: int
+    revoked_at: int | None = None
+
+
+class KeyPointer(Item):
+    """What a key id leads to: the SHA-256 (hex) of its key's secret."""
+
+    key_hash: str
+    account_id: str
+
+
+class Account(Item):
+    """An account's settings. `None` limits mean the deployment's defaults (Settings)."""
+
+    account_id: str
+    allowed_buckets: list[str] = Field(default_factory=list,
+                                       description="`s3://bucket` / `cos://bucket` the account may use")
+    max_active_batches: int | None = Field(None, ge=1)
+    max_creates_per_minute: int | None = Field(None, ge=1)
+    created_at: int | None = Field(None, description="None: the account has no settings item")
+
+    def allows(self, bucket_ref: str) -> bool:
+        """True when `bucket_ref` (`s3://bucket` or `cos://bucket`) is on the allowlist."""
+        return bucket_ref in self.allowed_buckets

@@ -1,0 +1,136 @@
+"""The batch table: the one description of its items and the builders of every key (nothing else
+writes a key string).
+
+One DynamoDB table (`BatchTable` in template.yaml) holds every item, keyed by `PK` (partition) and
+`SK` (sort); the global secondary index `GSI1` (`GSI1PK`, `GSI1SK`, all attributes projected) lists
+an account's batches, files and API keys in creation order.
+
+| item             | PK                  | SK              | GSI1PK              | GSI1SK                |
+|------------------|---------------------|-----------------|---------------------|-----------------------|
+| batch header     | `BATCH#<batch_id>`  | `META`          | `ACCOUNT#<account>` | `<created>#<ns>#<id>` |
+| shard            | `BATCH#<batch_id>`  | `SHARD#<00000>` |                     |                       |
+| file             | `FILE#<file_id>`    | `META`          | `FILES#<account>`   | `<created>#<ns>#<id>` |
+| upload           | `UPLOAD#<id>`       | `META`          |                     |                       |
+| API key          | `KEY#<sha256 hex>`  | `META`          | `KEYS#<account>`    | `<created>#<key_id>`  |
+| key id -> key    | `KEYID#<key_id>`    | `META`          |                     |                       |
+| account          | `ACCOUNT#<account>` | `META`          |                     |                       |
+| active batches   | `ACCOUNT#<account>` | `LIMITS`        |                     |                       |
+| creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
+
+Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, upload `UploadRecord`,
+API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`.
+
+`<created>` is the creation time in Unix seconds (10 digits), `<ns>` the write time in nanoseconds
+(19 digits: items created in the same second sort in the order they were written), `<minute>` the
+Unix second a calendar minute starts at. A batch's shards share its partition, so one query reads
+them in shard order. The counters hold `active_batches` (batches counted by
+`batches.create_limited` and not yet terminal) and `creates` plus `ttl` (DynamoDB's time to live
+removes a minute's counter an hour after it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+Key = dict[str, str]
+
+META = "META"
+LIMITS = "LIMITS"
+BATCH_PREFIX = "BATCH#"
+SHARD_PREFIX = "SHARD#"
+INDEX_ATTRIBUTES = ("PK", "SK", "GSI1PK", "GSI1SK")
+
+
+def batch_partition(batch_id: str) -> str:
+    """The partition of a batch: its header and its shards."""
+    return f"{BATCH_PREFIX}{batch_id}"
+
+
+def batch(batch_id: str) -> Key:
+    """The key of a batch header."""
+    return {"PK": batch_partition(batch_id), "SK": META}
+
+
+def shard(batch_id: str, shard_no: int) -> Key:
+    """The key of shard `shard_no` (0-based) of a batch."""
+    return {"PK": batch_partition(batch_id), "SK": f"{SHARD_PREFIX}{shard_no:05d}"}
+
+
+def file(file_id: str) -> Key:
+    """The key of a file record."""
+    return {"PK": f"FILE#{file_id}", "SK": META}
+
+
+def upload(upload_id: str) -> Key:
+    """The key of an upload record."""
+    return {"PK": f"UPLOAD#{upload_id}", "SK": META}
+
+
+def api_key(key_hash: str) -> Key:
+    """The key of an API key, by the SHA-256 (hex) of its secret."""
+    return {"PK": f"KEY#{key_hash}", "SK": META}
+
+
+def key_pointer(key_id: str) -> Key:
+    """The key of the item that leads from a key id (`key_...`) to its key's hash."""
+    return {"PK": f"KEYID#{key_id}", "SK": META}
+
+
+def account_partition(account_id: str) -> str:
+    """The partition of an account's items (settings, counters)."""
+    return f"ACCOUNT#{account_id}"
+
+
+def account(account_id: str) -> Key:
+    """The key of an account's settings."""
+    return {"PK": account_partition(account_id), "SK": META}
+
+
+def active_counter(account_id: str) -> Key:
+    """The key of an account's counter of active (counted, not terminal) batches."""
+    return {"PK": account_partition(account_id), "SK": LIMITS}
+
+
+def rate_counter(account_id: str, minute: int) -> Key:
+    """The key of an account's counter of batch creations in the calendar minute starting at `minute`."""
+    return {"PK": account_partition(account_id), "SK": f"RATE#{minute}"}
+
+
+# ---- GSI1 -------------------------------------------------------------------------------------------
+
+def account_batches(account_id: str) -> str:
+    """The GSI1 partition of an account's batch headers."""
+    return account_partition(account_id)
+
+
+def account_files(account_id: str) -> str:
+    """The GSI1 partition of an account's files."""
+    return f"FILES#{account_id}"
+
+
+def account_keys(account_id: str) -> str:
+    """The GSI1 partition of an account's API keys."""
+    return f"KEYS#{account_id}"
+
+
+def creation_order(created_at: int, item_id: str) -> str:
+    """The GSI1 sort key of a batch or file: creation second, then the write time in nanoseconds (ties
+    within a second sort in the order they were written, also across a second's rollover), then the id."""
+    return f"{created_at:010d}#{time.time_ns():019d}#{item_id}"
+
+
+def key_order(created_at: int, key_id: str) -> str:
+    """The GSI1 sort key of an API key: creation second, then the key id."""
+    return f"{created_at:010d}#{key_id}"
+
+
+def indexed(key: Key, partition: str, order: str) -> dict[str, str]:
+    """A table key with its GSI1 attributes, to store with the item."""
+    return {**key, "GSI1PK": partition, "GSI1SK": order}
+
+
+def index_position(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The `ExclusiveStartKey` of a GSI1 query that goes on after stored `item` (table and index keys)."""
+    return {name: item[name] for name in INDEX_ATTRIBUTES}

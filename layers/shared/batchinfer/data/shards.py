@@ -1,0 +1,111 @@
+"""Shards (`items.Shard`, keys in `keys`): written once by prepare, leased and committed by the workers.
+
+A shard message may arrive twice, concurrently or after the shard is done: `claim` leases a shard
+to one message at a time, and `commit` counts a run of its requests in one transaction with the
+batch header, guarded by the shard's `next_index`, so repeated work is never counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from batchinfer.data import keys
+from batchinfer.data.items import ResultPart, Shard
+from batchinfer.data.table import conditional, handle, items, now, retry_conflicts, transact
+
+
+def put(batch_id: str, shard: Shard) -> bool:
+    """Create a shard item unless it exists: a repeated prepare must not reset a shard that has run.
+    Returns False (writing nothing) when it existed."""
+    return conditional(handle().put_item, Item={**keys.shard(batch_id, shard.shard), **shard.stored()},
+                       ConditionExpression="attribute_not_exists(PK)") is not None
+
+
+def get(batch_id: str, shard_no: int) -> Shard | None:
+    """A shard (consistent read), or None."""
+    item = handle().get_item(Key=keys.shard(batch_id, shard_no), ConsistentRead=True).get("Item")
+    return Shard.model_validate(item) if item else None
+
+
+def query(batch_id: str) -> Iterator[Shard]:
+    """A batch's shards in shard order (consistent reads)."""
+    for item in items(handle().query, KeyConditionExpression="PK = :pk AND begins_with(SK, :shard)",
+                      ConsistentRead=True,
+                      ExpressionAttributeValues={":pk": keys.batch_partition(batch_id), ":shard": keys.SHARD_PREFIX}):
+        yield Shard.model_validate(item)
+
+
+def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Shard | None:
+    """Lease a pending shard to `owner` for `lease_seconds` (so one message runs it at a time), counting
+    the attempt.
+
+    Returns the shard as leased, or None when it is done or leased by a live owner (a lease is live
+    until the second `lease_until` has passed).
+    """
+    at = now()
+    result = conditional(
+        handle().update_item, Key=keys.shard(batch_id, shard_no),
+        UpdateExpression="SET lease_owner = :owner, lease_until = :until, attempts = attempts + :one",
+        ConditionExpression="#state = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
+        ExpressionAttributeNames={"#state": "state"},
+        ExpressionAttributeValues={":owner": owner, ":until": at + lease_seconds, ":one": 1, ":pending": "pending",
+                                   ":now": at},
+        ReturnValues="ALL_NEW")
+    return None if result is None else Shard.model_validate(result["Attributes"])
+
+
+def release(batch_id: str, shard_no: int, *, owner: str) -> bool:
+    """Give up `owner`'s lease early (continuations), so the next message can claim the shard at once.
+    Returns False when `owner` does not hold it (nothing changed)."""
+    return conditional(handle().update_item, Key=keys.shard(batch_id, shard_no),
+                       UpdateExpression="REMOVE lease_until", ConditionExpression="lease_owner = :owner",
+                       ExpressionAttributeValues={":owner": owner}) is not None
+
+
+def bump_redrives(batch_id: str, shard_no: int) -> int:
+    """Count one more re-drive of a stuck shard by the sweeper; returns the new count."""
+    result = handle().update_item(Key=keys.shard(batch_id, shard_no), UpdateExpression="ADD redrives :one",
+                                  ExpressionAttributeValues={":one": 1}, ReturnValues="UPDATED_NEW")
+    return int(result["Attributes"]["redrives"])
+
+
+@retry_conflicts
+def commit(batch_id: str, shard_no: int, part: ResultPart, *, size: int, completed: int, failed: int,
+           input_tokens: int, output_tokens: int, keep_lease: bool = False) -> bool:
+    """Record requests `[part.start, part.end)` of a shard of `size` requests as done, with their counts
+    in the batch header, in one transaction.
+
+    The shard's condition (`state = pending AND next_index = part.start`) makes a repeated commit of the
+    same work fail, so a redelivered message never counts twice; the header's condition (not sealed)
+    keeps a batch that is being finalized from changing under the aggregator. `keep_lease` keeps the
+    caller's lease (a checkpoint: it goes on with the shard). Returns False when a condition failed
+    (nothing was written: the work is counted already, or the batch is sealed). A transaction
+    conflict is retried (`table.retry_conflicts`) and raised if it persists, never taken for False.
+    """
+    done = part.end >= size
+    at = now()
+    shard_update = {
+        "Key": keys.shard(batch_id, shard_no),
+        "UpdateExpression": ("SET next_index = :end, parts = list_append(parts, :part), #state = :state, "
+                             "completed = completed + :c, failed = failed + :f, updated_at = :now"
+                             + ("" if keep_lease else " REMOVE lease_until")),
+        "ConditionExpression": "#state = :pending AND next_index = :start",
+        "ExpressionAttributeNames": {"#state": "state"},
+        "ExpressionAttributeValues": {":end": part.end, ":part": [part.model_dump(mode="json")],
+                                      ":state": "done" if done else "pending", ":c": completed, ":f": failed,
+                                      ":now": at, ":pending": "pending", ":start": part.start},
+    }
+    header_update = {
+        "Key": keys.batch(batch_id),
+        "UpdateExpression": ("SET request_counts.completed = request_counts.completed + :c, "
+                             "request_counts.failed = request_counts.failed + :f, "
+                             "#usage.input_tokens = #usage.input_tokens + :in, "
+                             "#usage.output_tokens = #usage.output_tokens + :out, "
+                             "#usage.total_tokens = #usage.total_tokens + :tot, "
+                             "shards_done = shards_done + :d, progress_at = :now"),
+        "ConditionExpression": "attribute_not_exists(sealed)",
+        "ExpressionAttributeNames": {"#usage": "usage"},
+        "ExpressionAttributeValues": {":c": completed, ":f": failed, ":in": input_tokens, ":out": output_tokens,
+                                      ":tot": input_tokens + output_tokens, ":d": 1 if done else 0, ":now": at},
+    }
+    return not transact([{"Update": shard_update}, {"Update": header_update}])

@@ -1,0 +1,157 @@
+"""Shards (data/shards.py) in moto's copy of the template's table: the write-once put, the lease, and
+the commit transaction with the batch header (its conditions and its conflict retry)."""
+
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+
+import pytest
+from batchinfer.core import aws
+from batchinfer.data import batches, keys, shards
+from batchinfer.data.items import BatchChanges, ResultPart, Shard
+from batchinfer.data.table import CONFLICT_ATTEMPTS, TransactionConflict, now
+from batchinfer.wire.openai import RequestCounts
+from batchinfer.wire.status import BatchStatus
+from support.data import batch_header, intercept_transactions, small_pages
+from support.moto_env import Aws
+
+COUNTS = {"completed": 1, "failed": 1, "input_tokens": 10, "output_tokens": 4}
+
+
+def stored(batch_id: str, shard_no: int) -> dict:
+    return aws.table().get_item(Key=keys.shard(batch_id, shard_no))["Item"]
+
+
+def new_shard(n: int = 0, size: int = 5) -> Shard:
+    return Shard(shard=n, size=size, first_line=1 + n * size, input_key=f"batches/b/shards/{n:05d}.tsv")
+
+
+def part(start: int, end: int) -> ResultPart:
+    return ResultPart(key=f"batches/b/results/00000-{start:06d}.jsonl", start=start, end=end, output_bytes=30,
+                      bytes=70)
+
+
+@pytest.fixture
+def running(moto_aws: Aws) -> str:
+    """A running batch of one shard of 5 requests, claimed by `w1`."""
+    header = batch_header(status=BatchStatus.IN_PROGRESS, shards_total=1, request_counts=RequestCounts(total=5))
+    batches.put(header)
+    shards.put(header.id, new_shard())
+    shards.claim(header.id, 0, owner="w1", lease_seconds=60)
+    return header.id
+
+
+def test_put_writes_a_pending_shard_once(moto_aws: Aws) -> None:
+    assert shards.put("b", new_shard(3)) is True
+    assert stored("b", 3) == {
+        "PK": "BATCH#b", "SK": "SHARD#00003", "shard": 3, "size": 5, "first_line": 16,
+        "input_key": "batches/b/shards/00003.tsv", "state": "pending", "next_index": 0, "parts": [],
+        "completed": 0, "failed": 0, "attempts": 0}
+    shards.claim("b", 3, owner="w", lease_seconds=60)
+    assert shards.put("b", new_shard(3)) is False  # a repeated prepare resets nothing
+    assert stored("b", 3)["attempts"] == 1
+
+
+def test_get_and_query_read_decimals_back_as_ints(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    order = list(range(12))
+    random.Random(7).shuffle(order)
+    for n in order:
+        shards.put("b", new_shard(n))
+    shards.put("other", new_shard(0))
+    batches.put(batch_header(id="b"))  # shares the partition; not a shard
+    assert isinstance(stored("b", 4)["size"], Decimal)
+    assert shards.get("b", 4) == new_shard(4) and type(shards.get("b", 4).size) is int
+    assert shards.get("b", 12) is None
+    calls = small_pages(monkeypatch, "query", limit=5)
+    assert list(shards.query("b")) == [new_shard(n) for n in range(12)]
+    assert len(calls) == 3 and all(call["ConsistentRead"] for call in calls)
+
+
+def test_claim_leases_to_one_owner_at_a_time(moto_aws: Aws) -> None:
+    shards.put("b", new_shard())
+    at = now()
+    first = shards.claim("b", 0, owner="w1", lease_seconds=60)
+    assert (first.lease_owner, first.attempts) == ("w1", 1) and at + 60 <= first.lease_until <= now() + 60
+    assert shards.claim("b", 0, owner="w2", lease_seconds=60) is None  # live lease
+    assert shards.claim("missing", 0, owner="w2", lease_seconds=60) is None
+    assert stored("b", 0)["lease_owner"] == "w1"
+
+
+def test_an_expired_lease_can_be_claimed_again(moto_aws: Aws) -> None:
+    shards.put("b", new_shard())
+    shards.claim("b", 0, owner="w1", lease_seconds=-1)  # ends before now
+    again = shards.claim("b", 0, owner="w2", lease_seconds=60)
+    assert (again.lease_owner, again.attempts) == ("w2", 2)
+
+
+def test_release_only_by_the_owner(running: str) -> None:
+    assert shards.release(running, 0, owner="w2") is False
+    assert stored(running, 0)["lease_until"] > 0
+    assert shards.release(running, 0, owner="w1") is True
+    assert "lease_until" not in stored(running, 0)
+    assert shards.claim(running, 0, owner="w2", lease_seconds=60).lease_owner == "w2"
+
+
+def test_bump_redrives_counts_from_one(moto_aws: Aws) -> None:
+    shards.put("b", new_shard())
+    assert shards.get("b", 0).redrives is None
+    assert [shards.bump_redrives("b", 0) for _ in range(3)] == [1, 2, 3]
+    assert shards.get("b", 0).redrives == 3
+
+
+def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
+    lease = stored(running, 0)["lease_until"]
+    assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, **COUNTS) is True
+    shard = shards.get(running, 0)
+    assert (shard.state, shard.next_index, shard.parts, shard.completed, shard.failed, shard.lease_until) == (
+        "pending", 2, [part(0, 2)], 1, 1, lease)
+    header = batches.get(running)
+    assert (header.request_counts, header.usage.model_dump(), header.shards_done) == (
+        RequestCounts(total=5, completed=1, failed=1), {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}, 0)
+    assert header.progress_at == shard.updated_at and lease - 60 <= shard.updated_at <= now()  # claimed at lease - 60
+
+    # The same work again (a redelivered message): refused, nothing written.
+    assert shards.commit(running, 0, part(0, 2), size=5, **COUNTS) is False
+    assert shards.get(running, 0) == shard and batches.get(running) == header
+
+    assert shards.commit(running, 0, part(2, 5), size=5, **COUNTS) is True
+    done = shards.get(running, 0)
+    assert (done.state, done.next_index, done.parts, done.completed, done.lease_until) == (
+        "done", 5, [part(0, 2), part(2, 5)], 2, None)
+    assert stored(running, 0)["parts"][1] == {"key": "batches/b/results/00000-000002.jsonl", "start": 2, "end": 5,
+                                              "output_bytes": 30, "bytes": 70}
+    header = batches.get(running)
+    assert (header.request_counts.completed, header.usage.total_tokens, header.shards_done) == (2, 28, 1)
+    assert shards.commit(running, 0, part(5, 5), size=5, **COUNTS) is False  # done
+
+
+def test_commit_into_a_sealed_batch_is_refused(running: str) -> None:
+    batches.update(running, BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED))
+    assert shards.commit(running, 0, part(0, 2), size=5, **COUNTS) is False
+    assert shards.get(running, 0).next_index == 0
+    assert batches.get(running).request_counts.completed == 0
+
+
+def test_commit_retries_conflicts_and_counts_once(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = intercept_transactions(monkeypatch, "conflict", "conflict", "conflict")
+    assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is True
+    assert len(seen.calls) == 4 and len(seen.waits) == 3
+    assert batches.get(running).request_counts.completed == 1
+    assert shards.get(running, 0).parts == [part(0, 5)]
+
+
+def test_commit_raises_conflicts_that_persist(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = intercept_transactions(monkeypatch, *["conflict"] * CONFLICT_ATTEMPTS)
+    with pytest.raises(TransactionConflict):  # the invocation fails and SQS redelivers: never "counted"
+        shards.commit(running, 0, part(0, 5), size=5, **COUNTS)
+    assert len(seen.calls) == CONFLICT_ATTEMPTS
+    assert shards.get(running, 0).next_index == 0 and batches.get(running).request_counts.completed == 0
+    # The redelivered message's commit goes through.
+    assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is True
+
+
+def test_a_failed_condition_is_an_answer_even_with_a_conflict(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = intercept_transactions(monkeypatch, ["ConditionalCheckFailed", "TransactionConflict"])
+    assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is False
+    assert len(seen.calls) == 1 and seen.waits == []
