@@ -37,6 +37,8 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/sam validate --lint --template template.yaml
+	$(BIN)/python tools/check_artifacts.py
+	$(BIN)/hadolint functions/Dockerfile
 
 # The lock from the pins (requirements/*.in, *.txt), then the two files cut from it for Lambda (Python
 # 3.12): the layer's and the image's, with hashes. --universal covers the venv (3.11) and Lambda (3.12,
