@@ -102,7 +102,7 @@ def test_a_package_without_an_arm64_wheel_fails(tmp_path: Path) -> None:
     with (root / "requirements" / "runtime.in").open("a") as f:
         f.write(f"{NO_ARM64_WHEEL}\n")
     subprocess.run(["make", "-s", "-o", ".venv/.installed", "lock", f"BIN={Path(sys.executable).parent}"], cwd=root,
-                   check=True, capture_output=True, timeout=600)
+                   check=True, capture_output=True, timeout=600, env={**os.environ, "MAKEFLAGS": ""})
     assert f"{NO_ARM64_WHEEL} \\" in (root / "layers" / "shared" / "requirements.txt").read_text()
 
     status, fails, out = run_check(root)
@@ -176,10 +176,12 @@ def test_a_dockerfile_that_would_ship_other_code_or_packages_fails(tmp_path: Pat
 
 
 def test_make_lint_runs_the_check() -> None:
-    make = subprocess.run(["make", "-n", "-o", ".venv/.installed", "lint"], cwd=REPO, capture_output=True, text=True,
-                          check=True, env={**os.environ, "MAKEFLAGS": ""})
-    assert make.stdout.splitlines()[1:] == [".venv/bin/python tools/check_artifacts.py",
-                                            ".venv/bin/hadolint functions/Dockerfile"]
+    # -n: print the recipe; under `make test` (MAKELEVEL 1) make would also print its directory.
+    make = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "lint"], cwd=REPO,
+                          capture_output=True, text=True, check=True, env={**os.environ, "MAKEFLAGS": ""})
+    assert make.stdout.splitlines() == [".venv/bin/sam validate --lint --template template.yaml",
+                                        ".venv/bin/python tools/check_artifacts.py",
+                                        ".venv/bin/hadolint functions/Dockerfile"]
 
 
 def test_hadolint_accepts_the_dockerfile() -> None:
