@@ -19,11 +19,13 @@ from typing import Any
 
 from benchmarks.saturation import SimBackend, request_line
 
-# Public on-demand prices, us-east-1, x86 (aws.amazon.com/lambda|sqs|dynamodb|s3/pricing, checked
-# 2025): Lambda $0.0000166667 per GB-s and $0.20 per million invocations; SQS standard $0.40 per
+# Public on-demand prices, us-east-1 (aws.amazon.com/lambda|sqs|dynamodb|s3/pricing, checked 2025):
+# Lambda $0.0000166667 per GB-s on x86_64, $0.0000133334 on arm64 (Graviton; first pricing tier of
+# each), $0.20 per million invocations on both; SQS standard $0.40 per
 # million requests; DynamoDB on-demand $0.625 per million write and $0.125 per million read request
 # units; S3 Standard $0.005 per 1,000 PUT/COPY/POST/LIST and $0.0004 per 1,000 GET/HEAD requests.
-PRICES = {"lambda_gb_s": 0.0000166667, "lambda_invocation": 0.20e-6, "sqs": 0.40e-6, "ddb_write": 0.625e-6,
+LAMBDA_GB_S = {"x86_64": 0.0000166667, "arm64": 0.0000133334}
+PRICES = {"lambda_invocation": 0.20e-6, "sqs": 0.40e-6, "ddb_write": 0.625e-6,
           "ddb_read": 0.125e-6, "s3_write": 0.005e-3, "s3_read": 0.0004e-3}
 # Request units per call (items are under 1 KB, reads strongly consistent): a transaction costs
 # twice per item, and the commit transaction writes the shard and the header; a query reads 4 KB pages.
@@ -79,9 +81,11 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
             "esm_calls": 2 * (1 + shards + 1)}
 
 
-def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str) -> list[tuple[str, float, str]]:
+def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str,
+                     architecture: str = "x86_64") -> list[tuple[str, float, str]]:
     """(item, dollars per million requests, basis) rows, from the counted calls and `worker_ms`, the
-    shard worker's billed (wall) milliseconds per request, measured as `basis` says."""
+    shard worker's billed (wall) milliseconds per request, measured as `basis` says, with the functions
+    on `architecture` (x86_64 or arm64: only Lambda compute differs)."""
     scale = 1_000_000 / result["requests"]
     s3_read = s3_write = sqs = ddb_read = ddb_write = 0.0
     for (service, operation), calls in result["counts"].items():
@@ -112,7 +116,7 @@ def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str) -> li
          f"{sqs * scale / 1e3:,.0f}k requests (event source receives and deletes estimated)"),
         ("Lambda invocations", invocations * PRICES["lambda_invocation"] * scale,
          f"{invocations * scale / 1e3:,.1f}k invocations"),
-        ("Lambda compute (shard worker)", gb_s * PRICES["lambda_gb_s"] * scale,
+        ("Lambda compute (shard worker)", gb_s * LAMBDA_GB_S[architecture] * scale,
          f"{worker_ms:.1f} ms per request at 3,008 MB ({basis})"),
     ]
 

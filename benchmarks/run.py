@@ -118,10 +118,13 @@ def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> s
         worker_ms, basis = 1000 / worker_rate, f"the saturation run: {backend}"
     else:
         worker_ms, basis = 1000 * LATENCY_S / CAPACITY, f"assumed: {backend}"
-    cost_rows = bench.cost_per_million(result, worker_ms, basis)
-    cost = markdown_table(["item", "$ per million requests", "basis"],
-                          [[item, f"{dollars:.2f}", basis] for item, dollars, basis in cost_rows]
-                          + [["**total, excluding the model**", f"**{sum(d for _, d, _ in cost_rows):.2f}**", ""]])
+    # The same calls and time on arm64 (template parameter Architecture): only the GB-second price differs.
+    x86, arm = (bench.cost_per_million(result, worker_ms, basis, arch) for arch in ("x86_64", "arm64"))
+    cost = markdown_table(["item", "$ per million requests, x86_64", "arm64", "basis"],
+                          [[item, f"{dollars:.2f}", f"{arm_dollars:.2f}", basis]
+                           for (item, dollars, basis), (_, arm_dollars, _) in zip(x86, arm, strict=True)]
+                          + [["**total, excluding the model**", f"**{sum(d for _, d, _ in x86):.2f}**",
+                              f"**{sum(d for _, d, _ in arm):.2f}**", ""]])
     return f"{calls}\n\n{cost}"
 
 
