@@ -30,7 +30,7 @@ from batchinfer.backends.base import BackendError, ChatBackend
 from batchinfer.backends.http import closing
 from batchinfer.backends.limiter import AIMDLimiter
 from batchinfer.core.observability import logger
-from batchinfer.wire.openai import CHAT_ENDPOINT, result_line
+from batchinfer.wire.openai import CHAT_ENDPOINT, result_line_bytes
 from batchinfer.core.settings import get_settings
 from batchinfer.wire.status import BatchStatus
 
@@ -247,10 +247,9 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
     good, bad = bytearray(), bytearray()
     counts = {"completed": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0}
     for outcome in outcomes:
-        line = result_line(line_id=ids.request_id(batch_id, outcome.request.line),
-                           custom_id=outcome.request.custom_id, status_code=outcome.status_code,
-                           request_id=outcome.request_id, body=outcome.body)
-        encoded = json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        encoded = result_line_bytes(line_id=ids.request_id(batch_id, outcome.request.line),
+                                    custom_id=outcome.request.custom_id, status_code=outcome.status_code,
+                                    request_id=outcome.request_id, body=outcome.body)
         if outcome.ok:
             good += encoded
             usage = outcome.body.get("usage") or {}
@@ -267,9 +266,9 @@ def never_ran(batch_id: str, requests: list[Request], code: str, message: str) -
     """Error lines (`response: null`, `error {code, message}`) for requests that were not answered."""
     data = bytearray()
     for request in requests:
-        line = result_line(line_id=ids.request_id(batch_id, request.line), custom_id=request.custom_id,
-                           status_code=None, request_id=None, body=None, error={"code": code, "message": message})
-        data += json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        data += result_line_bytes(line_id=ids.request_id(batch_id, request.line), custom_id=request.custom_id,
+                                  status_code=None, request_id=None, body=None,
+                                  error={"code": code, "message": message})
     return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
 
 
