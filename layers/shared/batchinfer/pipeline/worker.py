@@ -30,6 +30,7 @@ from batchinfer.backends.base import BackendError, ChatBackend
 from batchinfer.backends.http import closing
 from batchinfer.backends.limiter import AIMDLimiter
 from batchinfer.core.observability import logger
+from batchinfer.infer.service import TokenRequests
 from batchinfer.wire.openai import CHAT_ENDPOINT, result_line_bytes
 from batchinfer.core.settings import get_settings
 from batchinfer.wire.status import BatchStatus
@@ -112,15 +113,14 @@ def for_endpoint(backend: ChatBackend, endpoint: str) -> ChatBackend:
     """What answers the request bodies of a batch with `endpoint`: the backend's `chat_completion` for
     `/v1/chat/completions`, token inference (`batchinfer.infer.service.TokenRequests`) for
     `/v2/models/{model}/infer` bodies."""
-    if endpoint == CHAT_ENDPOINT:
-        return backend
-    from batchinfer.infer.service import TokenRequests
-
-    return TokenRequests(backend)
+    return backend if endpoint == CHAT_ENDPOINT else TokenRequests(backend)
 
 
 async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, Any]:
     """One request with retries of retryable `BackendError`s (429, 5xx, timeouts); re-raises the last.
+
+    The one place a request is retried: backends send each request once and say whether it may be
+    tried again (`BackendError.retryable`, `retry_after`).
 
     Overload answers (429, 503) get `MAX_OVERLOADED_ATTEMPTS` tries with short waits, other retryable
     errors `MAX_ATTEMPTS` with longer ones; a Retry-After is always honoured (up to `BACKOFF_CAP_S`).

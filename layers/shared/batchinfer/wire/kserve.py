@@ -28,7 +28,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -43,7 +43,6 @@ __all__ = [
     "InferRequestBody",
     "ModelLimits",
     "SamplingParams",
-    "TokenBackend",
     "TokenRequest",
     "TokenResult",
     "infer_response",
@@ -285,19 +284,6 @@ class TokenResult:
 
     ids: list[int]
     finish_reason: Literal["stop", "length"]
-
-
-@runtime_checkable
-class TokenBackend(Protocol):
-    """A model that generates token ids from token ids (the embedded model, a remote KServe server)."""
-
-    async def token_limits(self) -> ModelLimits:
-        """The limits requests to this model are checked against (may load the model)."""
-        ...
-
-    async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
-        """Generate up to `params.max_new_tokens` ids after `input_ids`; raise `BackendError`."""
-        ...
 
 
 # --------------------------------------------------------------------------------------------------
