@@ -31,6 +31,25 @@ def test_the_fast_path_checks_every_field_of_the_schema() -> None:
     assert set(ChatMessage.model_fields) == PLAIN_MESSAGE_FIELDS
 
 
+# Values of every JSON type, odd numbers included: for each field, the schema refuses some of them.
+ODD_VALUES = [None, True, False, 0, -1, 2, 2**70, 0.5, 3.5, float("nan"), "", "x", [], ["a"] * 5, [1], {}, {"a": 1}]
+
+
+@pytest.mark.parametrize("field", sorted(ChatCompletionBody.model_fields))
+def test_the_fast_path_refuses_every_value_the_schema_refuses_field_by_field(field: str) -> None:
+    # Catches a field listed in PLAIN_CHAT_FIELDS whose check is missing from `plain_chat_body`.
+    plain = {"model": "m", "messages": USER}
+    refused = []
+    for value in ODD_VALUES:
+        try:
+            ChatCompletionBody.model_validate({**plain, field: value})
+        except ValidationError:
+            refused.append(value)
+
+    assert refused, f"no odd value is refused for {field}: add one that is"
+    assert [v for v in refused if plain_chat_body({**plain, field: v})] == []
+
+
 @settings(max_examples=3000, deadline=None)
 @given(BODIES)
 def test_a_body_the_fast_check_accepts_is_one_the_model_accepts(body: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from batchinfer.api import auth, batches, files, uploads
 from batchinfer.api.errors import ApiError
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
+from batchinfer.wire.messages import loc_path
 from batchinfer.wire.openai import ErrorBody, ErrorEnvelope
 from batchinfer.wire.strict_json import JsonErrorKind
 
@@ -103,9 +104,9 @@ def _invalid_request(error: RequestValidationError) -> Response:
     if first.get("type") == "json_invalid":  # its `loc` is ("body", <character offset>): no field
         return _envelope(400, ErrorBody(message=f"request body is not valid JSON: {first['ctx']['error']}",
                                         code="invalid_json"))
-    # Name the first offending field the way OpenAI does: `param` is its dotted path in the body.
-    location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
-    param = ".".join(location) or None
+    # Name the first offending field the way OpenAI does: `param` is its path in the body.
+    location = [p for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
+    param = loc_path(location) or None
     message = first.get("msg", "invalid request")
     if param:
         message = f"{param}: {message}"
