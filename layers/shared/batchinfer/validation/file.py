@@ -41,6 +41,7 @@ from batchinfer.wire.strict_json import MAX_JSON_DEPTH, JsonError, JsonErrorKind
 
 __all__ = ["ErrorCode", "FileValidator", "LineError", "RequestLine"]
 
+
 class RequestLine(NamedTuple):
     """A valid request line. `body` is the parsed body exactly as given (unknown fields kept, nothing
     coerced); `model` is the model it runs on (`body.model`, or the `{model}` of a `/v2` url).
@@ -114,7 +115,7 @@ def _has_long_number(data: bytes) -> bool:
     return b"0000000000000000000" in data.translate(_DIGITS_ONLY)
 
 
-# The fields `_plain_envelope` checks: every field of `_Envelope` (tests/unit/validation/test_file.py).
+# The fields `_plain_envelope` checks: every field of `_Envelope` (tests/unit/validation/test_fast_path.py).
 _PLAIN_ENVELOPE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
 
 
