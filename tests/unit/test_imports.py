@@ -113,3 +113,24 @@ def test_imports_point_down_the_layers() -> None:
                 upward.append(f"{module} imports {name}")
 
     assert upward == []
+
+
+# Within backends/: base < config < http < each backend < registry (limiter and chaos stand beside).
+BACKEND_ORDER = {"base": 0, "config": 1, "http": 2, "llama_cpp": 3, "openai_compat": 3, "kserve_v2": 3,
+                 "bedrock": 3, "registry": 4}
+
+
+def test_backend_modules_import_down_their_order() -> None:
+    def rank(module: str) -> int | None:
+        prefix = "batchinfer.backends."
+        return BACKEND_ORDER.get(module.removeprefix(prefix)) if module.startswith(prefix) else None
+
+    upward = []
+    for module, imports in sorted(_graph().items()):
+        own = rank(module)
+        for name in sorted(imports):
+            other = rank(name)
+            if own is not None and other is not None and other >= own:
+                upward.append(f"{module} imports {name}")
+
+    assert upward == []
