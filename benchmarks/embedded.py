@@ -46,7 +46,7 @@ def body(prompt: str) -> dict[str, Any]:
 def direct(texts: list[str]) -> tuple[int, float]:
     """(completion tokens, seconds) of the prompts through `llama_cpp.Llama` in one loop."""
     from batchinfer.backends.llama_cpp import _usable_cpus, find_gguf
-    from batchinfer.backends.registry import LlamaCppConfig
+    from batchinfer.backends.config import LlamaCppConfig
     from llama_cpp import Llama
 
     defaults = LlamaCppConfig(backend="llama_cpp", n_ctx=2048)

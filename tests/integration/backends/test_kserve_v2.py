@@ -1,5 +1,5 @@
 """The KServe v2 client against a scripted HTTP server on loopback, for what a healthy token server will
-not do on demand: 429/503 (retried here), errors, malformed answers, slowness. The client against a
+not do on demand: 429/503 (sent once; the shard worker retries), errors, malformed answers, slowness. The client against a
 real server (this project's /v2 on the local stack) is in tests/e2e/test_token_infer.py."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
+from batchinfer.pipeline.worker import call_backend, for_endpoint
 from batchinfer.wire.kserve import SamplingParams, TokenResult
 
 pytestmark = pytest.mark.timeout(60)
@@ -41,6 +42,7 @@ def _answer(scenario: str, attempt: int) -> tuple[int, dict[str, str], bytes]:
         ][min(attempt, 2)]
     return {
         "ok": (200, json_type, json.dumps(OK).encode()),
+        "busy": (429, {**json_type, "Retry-After": "3"}, b'{"error": "too many requests"}'),
         "overloaded": (503, {"Retry-After": "0", "Content-Type": "text/plain"}, b"overloaded\n"),
         "rejects": (
             400,
@@ -99,7 +101,6 @@ def client(scripted: Scripted, scenario: str, **options: Any) -> KServeV2Backend
         "backend": "kserve_v2",
         "base_url": f"http://127.0.0.1:{scripted.port}",
         "model": scenario,
-        "max_retry_wait": 0.1,
         **options,
     }
     backend = ModelRegistry.from_dict({"models": {"remote": config}}).backend("remote")
@@ -153,15 +154,16 @@ def test_fewer_ids_than_max_new_tokens_means_stop(scripted: Scripted) -> None:
     assert generate(client(scripted, "ok"), max_new_tokens=20) == TokenResult([9, 8, 7], "stop")
 
 
-def test_429_and_503_are_retried_then_the_answer_is_returned(scripted: Scripted) -> None:
-    result = generate(client(scripted, "flaky", max_retries=2))
+def test_a_429_is_sent_once_and_is_a_retryable_error_with_its_retry_after(scripted: Scripted) -> None:
+    error = failure(client(scripted, "busy"))
 
-    assert result.ids == [9, 8, 7]
-    assert len(scripted.received["flaky"]) == 3
+    assert (error.status_code, error.message, error.type, error.code, error.retryable, error.retry_after) == (
+        429, "too many requests", "requests", "rate_limit_exceeded", True, 3.0)
+    assert len(scripted.received["busy"]) == 1
 
 
-def test_503_past_the_retries_is_a_retryable_error(scripted: Scripted) -> None:
-    error = failure(client(scripted, "overloaded", max_retries=1))
+def test_a_503_is_sent_once_and_is_a_retryable_error(scripted: Scripted) -> None:
+    error = failure(client(scripted, "overloaded"))
 
     assert (error.status_code, error.message, error.retryable, error.retry_after) == (
         503,
@@ -169,7 +171,19 @@ def test_503_past_the_retries_is_a_retryable_error(scripted: Scripted) -> None:
         True,
         0.0,
     )
-    assert len(scripted.received["overloaded"]) == 2
+    assert len(scripted.received["overloaded"]) == 1
+
+
+def test_the_shard_worker_retries_429_and_503_until_the_answer(scripted: Scripted) -> None:
+    # The one place a request is retried: the worker's call_backend, around each POST of the backend.
+    backend = for_endpoint(client(scripted, "flaky"), "/v2/models/{model}/infer")
+    body = {"inputs": [{"name": "input0", "shape": [1, 3], "datatype": "UINT32", "data": [1, 2, 3]}],
+            "outputs": [{"name": "output0"}], "parameters": {"max_new_tokens": 3}}
+
+    answer = asyncio.run(call_backend(backend, body))
+
+    assert answer["outputs"][0]["data"] == [9, 8, 7]
+    assert len(scripted.received["flaky"]) == 3
 
 
 @pytest.mark.parametrize(
@@ -229,6 +243,6 @@ def test_chat_needs_the_tokenizer_files(scripted: Scripted) -> None:
 
     assert (caught.value.status_code, caught.value.message) == (
         500,
-        "model 'remote' takes token ids only: set tokenizer and tokenizer_config in the registry to serve "
-        "chat requests",
+        ("model 'remote' takes token ids only: set tokenizer and tokenizer_config in the registry to serve "
+        "chat requests"),
     )

@@ -137,8 +137,8 @@ def test_unset_api_key_env_is_a_registry_error(monkeypatch: pytest.MonkeyPatch) 
     [
         (
             {"models": {"m": {"backend": "llama"}}},
-            "models.m: Input tag 'llama' found using 'backend' does not match any of the expected tags: "
-            "'llama_cpp', 'openai', 'kserve_v2', 'bedrock'",
+            ("models.m: Input tag 'llama' found using 'backend' does not match any of the expected tags: "
+            "'llama_cpp', 'openai', 'kserve_v2', 'bedrock'"),
         ),
         (
             {"models": {"m": {"n_ctx": 1}}},
@@ -227,3 +227,26 @@ def test_missing_file(tmp_path: Path) -> None:
         str(caught.value)
         == f"cannot read model registry {tmp_path / 'absent.yaml'}: No such file or directory"
     )
+
+
+@pytest.mark.parametrize("option", ["max_retries", "max_retry_wait"])
+def test_a_retired_kserve_retry_option_is_refused_naming_it(option: str) -> None:
+    document = {"models": {"m": {"backend": "kserve_v2", "base_url": "http://h", "model": "x", option: 2}}}
+
+    with pytest.raises(RegistryError) as caught:
+        ModelRegistry.from_dict(document, source="models.yaml")
+
+    assert str(caught.value) == (
+        f"invalid model registry models.yaml: models.m.{option}: no longer an option: a request is sent "
+        "once and the shard worker retries 429 and 503 answers (honouring Retry-After); remove it"
+    )
+
+
+def test_the_same_name_for_another_backend_is_just_an_unknown_option() -> None:
+    document = {"models": {"m": {"backend": "bedrock", "model_id": "x", "max_retries": 2}}}
+
+    with pytest.raises(RegistryError) as caught:
+        ModelRegistry.from_dict(document, source="models.yaml")
+
+    assert str(caught.value) == (
+        "invalid model registry models.yaml: models.m.max_retries: Extra inputs are not permitted")

@@ -5,9 +5,8 @@ import json
 from typing import Any
 
 import pytest
-
-from batchinfer.pipeline import worker
 from batchinfer.backends.base import BackendError
+from batchinfer.pipeline import worker
 from batchinfer.pipeline.worker import Outcome, Request, parse_shard, render, run_requests
 
 
@@ -98,7 +97,10 @@ def test_lone_surrogate_is_a_per_line_400_and_never_reaches_the_backend() -> Non
     outcomes = asyncio.run(run_requests(backend, [bad, *_requests(1)], "batch_x", concurrency=2,
                                         time_left_ms=lambda: 10**9, reserve_ms=0))
     assert [o.status_code for o in outcomes] == [400, 200]
-    assert outcomes[0].body["error"]["code"] == "invalid_encoding"
+    assert outcomes[0].body["error"] == {
+        "message": "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
+        "and is not valid Unicode text.",
+        "type": "invalid_request_error", "param": "messages[0].content", "code": "invalid_encoding"}
     assert backend.calls == ["p0"]
     assert worker.limiter_for(backend, 2).in_flight == 0  # the refused line's permit was given back
 

@@ -10,10 +10,9 @@ import json
 from typing import NamedTuple
 
 import pytest
-
-from support.cases import CASES
-from batchinfer.validation.jsonl import iter_physical_lines
 from batchinfer.validation.file import FileValidator, RequestLine
+from batchinfer.validation.jsonl import iter_physical_lines
+from support.cases import CASES
 
 MODEL = "smollm2-135m-instruct"
 # The folders whose files are validation inputs; 16-17-token-infer holds bodies of another endpoint.

@@ -16,11 +16,10 @@ import itertools
 import json
 from typing import Any
 
+from batchinfer.validation.file import ErrorCode, FileValidator, LineError, RequestLine
+from batchinfer.validation.jsonl import UTF8_BOM, iter_physical_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from batchinfer.validation.jsonl import UTF8_BOM, iter_physical_lines
-from batchinfer.validation.file import ErrorCode, FileValidator, LineError, RequestLine
 
 MODEL = "smollm2-135m-instruct"
 CHAT = "/v1/chat/completions"
@@ -213,7 +212,7 @@ def account_for_every_line(
     limit: int,
     endpoint: str,
 ) -> tuple[list[RequestLine], list[LineError]]:
-    """Feed the file line by line, checking each line's outcome; the requests and errors found."""
+    """Feed the file line by line, checking each line's outcome; the requests and the lines' errors."""
     validator = FileValidator(
         endpoint,
         lambda model: model == MODEL,
@@ -250,14 +249,16 @@ def account_for_every_line(
             assert {error.line for error in new} == {line.number}, new
             assert all(error.message for error in new)
             not_utf8 = new[0].code == ErrorCode.INVALID_ENCODING and "the file is not UTF-8" in new[0].message
+    found = list(validator.errors)
     validator.finish(lines.bytes_read)
     assert numbers == list(range(1, expected_line_count(data) + 1))
     assert lines.bytes_read == len(data)
     assert validator.error_count == len(validator.errors)
-    assert validator.request_count == len(requests) + len({e.line for e in validator.errors if e.line})
-    if not requests and not validator.errors:
-        assert [e.code for e in validator.errors] == []  # a file of blank lines: `empty_file` below
-    return requests, validator.errors
+    assert validator.request_count == len(requests) + len({e.line for e in found})
+    # `finish` adds `empty_file` to a file of blank lines only (no request, no line error), else nothing.
+    file_errors = [] if requests or found else [ErrorCode.EMPTY_FILE]
+    assert [e.code for e in validator.errors[len(found) :]] == file_errors
+    return requests, found
 
 
 def same_through_validate_stream(

@@ -1,5 +1,5 @@
-"""The token request contract without a model: parsing, messages, defaults, limits, and the batch-line
-check of /v2/models/{model}/infer bodies (tests/fixtures/cases/16-17-token-infer)."""
+"""The token request contract without a model: parsing, messages, defaults and limits
+(tests/fixtures/cases/16-17-token-infer; their batch-line check: tests/unit/validation/test_endpoints.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from batchinfer.wire.kserve import (
     parse_infer_request,
     token_request_body,
 )
-from batchinfer.validation.file import LineError, check_infer_body
-from support.token_cases import CASE_ERRORS, CASES, NEEDS_THE_MODEL
+from support.token_cases import CASE_ERRORS, CASES
 
 # SmolLM2-135M-Instruct as the default registry serves it (vocabulary and trained context from its GGUF).
 SMOLLM2 = ModelLimits(
@@ -64,25 +63,6 @@ def test_case_file_against_the_model_limits(name: str) -> None:
         # When it is parsed, Then it is a 400 naming the field and what it must be
         error = rejection(case)
         assert (error.param, error.message) == expected
-
-
-@pytest.mark.parametrize("name", sorted(CASE_ERRORS))
-def test_case_file_as_a_batch_line(name: str) -> None:
-    case = json.loads((CASES / name).read_text())
-    expected = CASE_ERRORS[name]
-
-    errors = check_infer_body(case, 7)
-
-    if expected is None or name in NEEDS_THE_MODEL:
-        assert errors == []
-    else:
-        param, message = expected
-        if name == "empty-data.json":  # without a model only the 1M-token cap is known
-            message = "inputs[0].data must hold n token ids with n in (0, 1048576], got 0"
-        code = "missing_required_parameter" if name == "no-outputs.json" else "invalid_parameter"
-        assert errors == [
-            LineError(code=code, message=f"Line 7: body: {message}", param=f"body.{param}", line=7)
-        ]
 
 
 def test_prompt_limit_is_the_least_of_the_known_bounds() -> None:
@@ -168,19 +148,19 @@ def test_id_is_echoed_or_generated() -> None:
     [
         (
             '{"inputs": NaN}',
-            "inputs must be an array of exactly 1 input tensor, got NaN, which is not a JSON "
-            "number (RFC 8259 has no NaN or Infinity)",
+            ("inputs must be an array of exactly 1 input tensor, got NaN, which is not a JSON "
+            "number (RFC 8259 has no NaN or Infinity)"),
         ),
         (
             '{"parameters": {"temperature": Infinity}}',
-            "parameters.temperature must be a number greater than 1e-06, "
+            ("parameters.temperature must be a number greater than 1e-06, "
             "got Infinity, which is not a JSON number (RFC 8259 has no "
-            "NaN or Infinity)",
+            "NaN or Infinity)"),
         ),
         (
             '{"parameters": {"top_p": -Infinity}}',
-            "parameters.top_p must be a number in (1e-06, 1.0], got -Infinity, "
-            "which is not a JSON number (RFC 8259 has no NaN or Infinity)",
+            ("parameters.top_p must be a number in (1e-06, 1.0], got -Infinity, "
+            "which is not a JSON number (RFC 8259 has no NaN or Infinity)"),
         ),
         ("[1, 2]", "the request body must be a JSON object, got array [1, 2]"),
         ('"x"', 'the request body must be a JSON object, got string "x"'),

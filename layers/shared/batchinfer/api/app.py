@@ -7,7 +7,6 @@ without a key; every other route needs `Authorization: Bearer <key>`.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,46 +21,30 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api import auth, batches, files, uploads
 from batchinfer.api.errors import ApiError
-from batchinfer.validation.jsonl import MAX_JSON_DEPTH, nested_deeper_than
 from batchinfer.core.observability import logger
+from batchinfer.wire import strict_json
+from batchinfer.wire.messages import loc_path
 from batchinfer.wire.openai import ErrorBody, ErrorEnvelope
+from batchinfer.wire.strict_json import JsonErrorKind
 
 TITLE, VERSION = "batchinfer", "0.1.0"
 _BEARER = HTTPBearer(description="an API key: `batchinfer keys create`")
 _SECURITY = {"security_schemes": {"bearerAuth": _BEARER}, "security": [{"bearerAuth": []}]}
 
 
-class _NotJson(ValueError):
-    """A body `json.loads` would accept that is not JSON (RFC 8259): NaN, Infinity, -Infinity."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise _NotJson(f"{name} is not a JSON number")
-
-
 def load_body(text: str) -> Any:
-    """Parse a JSON request body strictly (Powertools' `json_body_deserializer`).
+    """Parse a JSON request body strictly (Powertools' `json_body_deserializer`; see `strict_json`).
 
     Everything that is not plain JSON raises `json.JSONDecodeError`, which request validation turns
     into a 400 `invalid_json`: NaN and Infinity, integers longer than Python converts (4300 digits),
     and values nested deeper than `MAX_JSON_DEPTH` levels (which would otherwise exhaust the
     recursion limit while parsing or validating, a 500).
     """
-    too_deep = f"the body is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as error:  # its `msg` alone lacks the place: "Expecting value"
-        raise json.JSONDecodeError(str(error), error.doc, error.pos) from None
-    except RecursionError:
-        raise json.JSONDecodeError(too_deep, text, 0) from None
-    except _NotJson as error:
-        raise json.JSONDecodeError(str(error), text, 0) from None
-    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
-        raise json.JSONDecodeError(f"a number has more than {sys.get_int_max_str_digits()} digits",
-                                   text, 0) from None
-    if nested_deeper_than(value):
-        raise json.JSONDecodeError(too_deep, text, 0)
-    return value
+        return strict_json.loads(text)
+    except strict_json.JsonError as error:  # its `str` names the place of a syntax error
+        message = f"the body is {error.msg}" if error.kind is JsonErrorKind.TOO_DEEP else str(error)
+        raise json.JSONDecodeError(message, text, error.pos or 0) from None
 
 
 class BatchApiResolver(APIGatewayHttpResolver):
@@ -121,9 +104,9 @@ def _invalid_request(error: RequestValidationError) -> Response:
     if first.get("type") == "json_invalid":  # its `loc` is ("body", <character offset>): no field
         return _envelope(400, ErrorBody(message=f"request body is not valid JSON: {first['ctx']['error']}",
                                         code="invalid_json"))
-    # Name the first offending field the way OpenAI does: `param` is its dotted path in the body.
-    location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
-    param = ".".join(location) or None
+    # Name the first offending field the way OpenAI does: `param` is its path in the body.
+    location = [p for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
+    param = loc_path(location) or None
     message = first.get("msg", "invalid request")
     if param:
         message = f"{param}: {message}"

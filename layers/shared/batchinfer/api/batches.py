@@ -19,12 +19,10 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts, batches, locations, s3, sqs
 from batchinfer.data.items import BatchHeader
 from batchinfer.pipeline import intake
-from batchinfer.wire.openai import Batch, BatchList, CreateBatchRequest, window_hours
+from batchinfer.wire.openai import MAX_ID_LENGTH, Batch, BatchList, CreateBatchRequest, window_hours
 from batchinfer.wire.status import BatchStatus
 
 router = Router()
-# Path ids longer than this can't name anything we store (and DynamoDB keys are capped at 2 KB).
-MAX_ID_LENGTH = 128
 BatchId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 After = Annotated[str | None,
                   Query(max_length=MAX_ID_LENGTH, description="the last batch id of the previous page")]

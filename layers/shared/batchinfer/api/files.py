@@ -20,12 +20,11 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3
 from batchinfer.data.items import FileRecord
 from batchinfer.data.table import now
-from batchinfer.wire.openai import FileDeleted, FileList, FileObject, check_filename
+from batchinfer.wire.openai import MAX_ID_LENGTH, FileDeleted, FileList, FileObject, check_filename
 
 router = Router()
 # Lambda responses are capped at 6 MB: larger contents are served by a presigned S3 URL (302).
 INLINE_CONTENT_BYTES = 4 * 1024 * 1024
-MAX_ID_LENGTH = 128
 FileId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
 

@@ -23,13 +23,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from batchinfer.api import links
 from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, documented
-from batchinfer.api.files import MAX_ID_LENGTH, file_object, new_file_record
+from batchinfer.api.files import file_object, new_file_record
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3, uploads
 from batchinfer.data.items import UploadRecord
 from batchinfer.data.table import now
-from batchinfer.wire.openai import CompleteUploadRequest, CreateUploadRequest, Upload
+from batchinfer.wire.openai import MAX_ID_LENGTH, CompleteUploadRequest, CreateUploadRequest, Upload
 
 router = Router()
 UploadId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]

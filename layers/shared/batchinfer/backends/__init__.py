@@ -4,23 +4,29 @@
     if "smollm2-135m-instruct" in registry:
         completion = await registry.backend("smollm2-135m-instruct").chat_completion(body)
 
-Backend modules (llama_cpp, openai_compat) are imported only when a model needing them is built,
-so a Lambda without llama-cpp-python installed can still use the registry.
+Modules, each importing only those above it: `base` (protocols, errors, request checks), `config`
+(the registry's options), `http` (POST and status mapping of the remote backends), the backends
+(`llama_cpp`, `openai_compat`, `kserve_v2`, `bedrock`), `registry`; beside them `limiter` (the
+worker's concurrency window) and `chaos` (injected faults). Backend modules are imported only when
+a model needing them is built, so a Lambda without llama-cpp-python installed can use the registry.
 """
 
-from batchinfer.backends.base import BackendError, ChatBackend
-from batchinfer.backends.registry import (
+from batchinfer.backends.base import (
+    BackendError,
     BackendNotImplemented,
+    ChatBackend,
+    ModelNotFound,
+    RegistryError,
+    TokenBackend,
+)
+from batchinfer.backends.config import (
     BedrockConfig,
     KServeV2Config,
     LlamaCppConfig,
     ModelConfig,
-    ModelNotFound,
-    ModelRegistry,
     OpenAICompatConfig,
-    RegistryError,
-    load_registry,
 )
+from batchinfer.backends.registry import ModelRegistry, load_registry
 
 __all__ = [
     "BackendError",
@@ -34,5 +40,6 @@ __all__ = [
     "ModelRegistry",
     "OpenAICompatConfig",
     "RegistryError",
+    "TokenBackend",
     "load_registry",
 ]

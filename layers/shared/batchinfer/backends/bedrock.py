@@ -8,7 +8,7 @@ Request mapping (OpenAI -> Converse):
 - `max_completion_tokens`/`max_tokens` (else the model's `default_max_tokens`) -> `inferenceConfig.maxTokens`,
   `temperature` -> `temperature`, `top_p` -> `topP`, `stop` -> `stopSequences`;
 - `seed` is ignored (Converse has none); `presence_penalty`, `frequency_penalty` and `response_format`
-  `json_object` are rejected with 400, as are `n` > 1, `logprobs` and tools (the embedded model's checks).
+  `json_object` are rejected with 400, as are `n` > 1, `logprobs` and tools (`wire.chat.ChatRequest`).
 
 Answer mapping: `stopReason` `end_turn`/`stop_sequence` -> `stop`, `max_tokens` -> `length`,
 `guardrail_intervened`/`content_filtered` -> `content_filter`; `usage.inputTokens`/`outputTokens` ->
@@ -24,11 +24,10 @@ import uuid
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import require_utf8
+from batchinfer.backends.base import BackendError, chat_request
 
 if TYPE_CHECKING:
-    from batchinfer.backends.registry import BedrockConfig
+    from batchinfer.backends.config import BedrockConfig
 
 __all__ = ["BedrockBackend"]
 
@@ -86,25 +85,7 @@ class BedrockBackend:
     def converse_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The Converse keyword arguments for an OpenAI chat body; raises `BackendError(400)` for what
         Converse cannot express (see the module docstring)."""
-        from batchinfer.backends.llama_cpp import _parse  # the same OpenAI body checks as the embedded model
-
-        require_utf8(body)
-        request = _parse(body)
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(request, name):
-                raise BackendError(
-                    400,
-                    f"'{name}' is not supported by Bedrock models.",
-                    code="unsupported_parameter",
-                    param=name,
-                )
-        if request.response_format is not None and request.response_format.type != "text":
-            raise BackendError(
-                400,
-                "response_format json_object is not supported by Bedrock models.",
-                code="unsupported_parameter",
-                param="response_format",
-            )
+        request = chat_request(body, unsupported_by="Bedrock models")
         system: list[dict[str, str]] = []
         messages: list[dict[str, Any]] = []
         for message in request.messages:

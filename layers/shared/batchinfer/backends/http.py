@@ -1,5 +1,7 @@
 """HTTP for the remote model backends (`openai`, `kserve_v2`): one POST of a JSON body, with the
-transport's failures mapped to `BackendError`s the shard worker knows how to retry.
+transport's failures and the server's error statuses mapped to `BackendError`s the shard worker
+knows how to retry (`upstream_error`, `parse_retry_after`). Nothing here retries: the shard worker
+is the one place that does.
 
 The client is aiohttp, one session (connection pool) per event loop. A shard worker keeps tens of
 requests in flight all the time; measured side by side against the simulated backend
@@ -10,7 +12,9 @@ requests in flight all the time; measured side by side against the simulated bac
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
@@ -20,7 +24,8 @@ import aiohttp
 
 from batchinfer.backends.base import BackendError
 
-__all__ = ["Answer", "closing", "post_json"]
+__all__ = ["RETRYABLE_4XX", "Answer", "closing", "parse_retry_after", "post_json", "retryable_status",
+           "upstream_error"]
 
 T = TypeVar("T")
 
@@ -30,6 +35,9 @@ _SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[aiohttp.Cl
     weakref.WeakKeyDictionary()
 )
 _JSON = {"Content-Type": "application/json"}
+# 408 and 429 are the 4xx that RFC 9110 / RFC 6585 describe as "try again later".
+RETRYABLE_4XX = frozenset({408, 429})
+_MAX_ERROR_TEXT = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,10 @@ class Answer:
     @property
     def text(self) -> str:
         return self.body.decode("utf-8", errors="replace")
+
+    def summary(self) -> str:
+        """The body's text for an error message (its first 500 characters), else the status line."""
+        return self.text.strip()[:_MAX_ERROR_TEXT] or f"HTTP {self.status} {self.reason}"
 
 
 async def _close_at_shutdown(session: aiohttp.ClientSession) -> AsyncIterator[None]:
@@ -104,3 +116,53 @@ async def closing(awaitable: Awaitable[T]) -> T:
         _, closer = _SESSIONS.pop(asyncio.get_running_loop(), (None, None))
         if closer is not None:
             await closer.aclose()
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header value, or None when absent or unparsable.
+
+    RFC 9110 §10.2.3 allows delay-seconds (`"120"`) or an HTTP-date (`"Wed, 21 Oct 2015 07:28:00 GMT"`,
+    counted from `now`, Unix seconds, default the current time; a past date gives 0.0).
+    """
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # RFC 9110: HTTP-dates are always GMT
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds) if seconds == seconds else None  # noqa: PLR0124 - NaN -> None
+
+
+def retryable_status(status: int) -> bool:
+    """Whether an upstream answer with HTTP `status` may succeed when sent again (408, 429, 5xx)."""
+    return status in RETRYABLE_4XX or status >= 500
+
+
+def upstream_error(answer: Answer, message: str, *, type: str | None = None, code: str | None = None,
+                   param: str | None = None) -> BackendError:
+    """The `BackendError` for a server's error `answer` (not 2xx), with the server's own `message`
+    and, when it gave them, its OpenAI error `type`, `code` and `param`.
+
+    - 408, 429 and 5xx keep their status and are `retryable`, with `retry_after` from the Retry-After
+      header; type `server_error` (429: `requests`, code `rate_limit_exceeded`) unless given.
+    - Another 4xx keeps its status, not retryable (the request is at fault), type
+      `invalid_request_error` unless given.
+    - Anything else (1xx, 3xx) is a 502 `bad_response`.
+    """
+    status = answer.status
+    if retryable_status(status):
+        if status == 429:  # OpenAI's own rate-limit error: type "requests", code "rate_limit_exceeded"
+            type, code = type or "requests", code or "rate_limit_exceeded"
+        return BackendError(status, message, type=type or "server_error", code=code, param=param,
+                            retryable=True, retry_after=parse_retry_after(answer.headers.get("retry-after")))
+    if 400 <= status < 500:
+        return BackendError(status, message, type=type or "invalid_request_error", code=code, param=param)
+    return BackendError(502, f"The model server answered with unexpected HTTP {status}: {message}",
+                        type="server_error", code="bad_response")

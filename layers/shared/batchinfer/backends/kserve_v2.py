@@ -16,14 +16,13 @@ OpenAI -> token parameters: `max_completion_tokens`/`max_tokens` (else `default_
 decoded text; top_k is the whole vocabulary (OpenAI has none). `presence_penalty`, `frequency_penalty`
 and `response_format` `json_object` cannot be expressed as token parameters and are rejected (400).
 
-429 and 503 answers are retried here (`max_retries`, Retry-After honoured up to `max_retry_wait`);
-the final error stays `retryable`, so the shard worker may try again later.
+Each request is sent once: a 429 or 503 answer is a retryable `BackendError` (with Retry-After), and
+the shard worker, the one place that retries, tries again.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import time
 import uuid
 from functools import cached_property
@@ -31,12 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
-from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import require_utf8
-from batchinfer.backends.http import Answer, post_json
-from batchinfer.backends.openai_compat import parse_retry_after
+from batchinfer.backends.base import BackendError, RegistryError, chat_request
+from batchinfer.backends.http import Answer, post_json, retryable_status, upstream_error
 from batchinfer.wire.kserve import (
     INT32_MAX,
     UINT64_MAX,
@@ -50,12 +46,9 @@ if TYPE_CHECKING:
     from jinja2 import Template
     from tokenizers import Tokenizer
 
-    from batchinfer.backends.registry import KServeV2Config
+    from batchinfer.backends.config import KServeV2Config
 
 __all__ = ["KServeV2Backend"]
-
-_RETRIED = frozenset({429, 503})
-_MAX_ERROR_TEXT = 500
 
 
 class _Output(BaseModel):
@@ -78,8 +71,7 @@ def _error_text(response: Answer) -> str:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return data["error"]
-    text = response.text.strip()[:_MAX_ERROR_TEXT]
-    return text or f"HTTP {response.status} {response.reason}"
+    return response.summary()
 
 
 class KServeV2Backend:
@@ -90,8 +82,6 @@ class KServeV2Backend:
     """
 
     def __init__(self, name: str, config: KServeV2Config) -> None:
-        from batchinfer.backends.registry import RegistryError
-
         for option in ("tokenizer", "tokenizer_config"):
             path = getattr(config, option)
             if path is not None and not Path(path).is_file():
@@ -116,28 +106,12 @@ class KServeV2Backend:
 
         `finish_reason` is `stop` when the last id is the end-of-sequence token (known from
         `tokenizer_config`) or fewer than `max_new_tokens` ids came back, else `length`.
-        Raises `BackendError`: the server's 4xx with its `{"error"}` message (408/429 retryable),
-        its 5xx (retryable; 429/503 after `max_retries` retries here), 502 `bad_response` for a
-        malformed answer, 502 `upstream_unavailable` when it cannot be reached, 504 `timeout` after
-        `timeout` seconds.
+        Raises `BackendError` (see `http.upstream_error`): the server's 4xx with its `{"error"}`
+        message, code `invalid_value` (408/429 retryable), its 5xx (retryable), 502 `bad_response`
+        for a malformed answer, 502 `upstream_unavailable` when it cannot be reached, 504 `timeout`
+        after `timeout` seconds. Sent once: the caller retries what is retryable.
         """
-        body = token_request_body(uuid.uuid4().hex, input_ids, params)
-
-        def wait(state: Any) -> float:
-            error = state.outcome.exception()
-            backoff = random.uniform(
-                0, min(self.config.max_retry_wait, 0.25 * 2 ** (state.attempt_number - 1))
-            )
-            return max(backoff, min(getattr(error, "retry_after", None) or 0.0, self.config.max_retry_wait))
-
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1),
-            wait=wait,
-            reraise=True,
-            retry=retry_if_exception(lambda e: isinstance(e, BackendError) and e.status_code in _RETRIED),
-        ):
-            with attempt:
-                ids = await self._post(body)
+        ids = await self._post(token_request_body(uuid.uuid4().hex, input_ids, params))
         eos = self._eos_id
         stopped = (bool(ids) and ids[-1] == eos) or len(ids) < params.max_new_tokens
         return TokenResult(ids, "stop" if stopped else "length")
@@ -156,25 +130,9 @@ class KServeV2Backend:
                     code="bad_response",
                     retryable=True,
                 ) from None
-        message = _error_text(response)
-        retry_after = parse_retry_after(response.headers.get("retry-after"))
-        if status in (408, 429) or status >= 500:
-            raise BackendError(
-                status,
-                message,
-                type="server_error" if status >= 500 else "requests",
-                code="rate_limit_exceeded" if status == 429 else None,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if 400 <= status < 500:
-            raise BackendError(status, message, code="invalid_value")
-        raise BackendError(
-            502,
-            f"The model server answered with unexpected HTTP {status}: {message}",
-            type="server_error",
-            code="bad_response",
-        )
+        # A KServe error is `{"error": message}` alone: a 4xx the server decided on is the request's values.
+        client_error = 400 <= status < 500 and not retryable_status(status)
+        raise upstream_error(response, _error_text(response), code="invalid_value" if client_error else None)
 
     # ------------------------------------------------------------------ chat requests
 
@@ -233,25 +191,7 @@ class KServeV2Backend:
         """
         from jinja2 import TemplateError
 
-        from batchinfer.backends.llama_cpp import _parse  # the same OpenAI body checks as the embedded model
-
-        require_utf8(body)
-        request = _parse(body)
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(request, name):
-                raise BackendError(
-                    400,
-                    f"'{name}' is not supported by this model (a token server).",
-                    code="unsupported_parameter",
-                    param=name,
-                )
-        if request.response_format is not None and request.response_format.type != "text":
-            raise BackendError(
-                400,
-                "response_format json_object is not supported by this model (a token server).",
-                code="unsupported_parameter",
-                param="response_format",
-            )
+        request = chat_request(body, unsupported_by="this model (a token server)")
         if self.config.tokenizer is None or self.config.tokenizer_config is None:
             raise BackendError(
                 500,

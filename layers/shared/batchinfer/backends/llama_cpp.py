@@ -35,12 +35,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
-
-from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import require_utf8
+from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.wire.chat import ChatRequest
 from batchinfer.wire.kserve import (
     DEFAULT_PRIORITY,
     DEFAULT_TOP_K,
@@ -53,7 +51,7 @@ if TYPE_CHECKING:
     from llama_cpp import Llama
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from batchinfer.backends.registry import LlamaCppConfig
+    from batchinfer.backends.config import LlamaCppConfig
 
 __all__ = ["LlamaCppBackend", "find_gguf"]
 
@@ -89,104 +87,6 @@ def _usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_parts(cls, value: Any) -> Any:
-        # OpenAI's array form: only text parts can reach a text-only model; join them like vLLM does.
-        if isinstance(value, list):
-            texts = []
-            for index, part in enumerate(value):
-                if not (
-                    isinstance(part, dict)
-                    and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)
-                ):
-                    raise ValueError(f"content part {index} is not a text part; this model accepts text only")
-                texts.append(part["text"])
-            return "\n".join(texts)
-        return value
-
-
-class _ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text", "json_object"]
-
-
-class _ChatRequest(BaseModel):
-    """The part of an OpenAI chat completions body this backend reads (ranges from OpenAI's API reference)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    messages: list[_Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = None
-    stop: (
-        Annotated[str, StringConstraints(min_length=1)]
-        | list[Annotated[str, StringConstraints(min_length=1)]]
-        | None
-    ) = Field(None)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    response_format: _ResponseFormat | None = None
-    n: int | None = None
-    logprobs: bool | None = None
-    tools: list[Any] | None = None
-    functions: list[Any] | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _at_most_four(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > 4:
-            raise ValueError("at most 4 stop sequences are allowed")
-        return value
-
-
-def _openai_path(loc: tuple[int | str, ...]) -> str:
-    # ("messages", 0, "content") -> "messages[0].content", the `param` style of OpenAI errors.
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _parse(body: dict[str, Any]) -> _ChatRequest:
-    try:
-        request = _ChatRequest.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        param = _openai_path(tuple(first["loc"]))
-        if first["type"] == "missing":
-            raise BackendError(
-                400, f"Missing required parameter: '{param}'.", code="missing_required_parameter", param=param
-            ) from None
-        # pydantic prefixes our validators' messages with "Value error, ".
-        reason = first["msg"].removeprefix("Value error, ")
-        raise BackendError(
-            400, f"Invalid value for '{param}': {reason}.", code="invalid_value", param=param
-        ) from None
-    if request.n not in (None, 1):
-        raise BackendError(400, "Only n=1 is supported by this model.", code="unsupported_value", param="n")
-    if request.logprobs:
-        raise BackendError(
-            400, "logprobs are not supported by this model.", code="unsupported_parameter", param="logprobs"
-        )
-    for name in ("tools", "functions"):
-        if getattr(request, name):
-            raise BackendError(
-                400, f"'{name}' are not supported by this model.", code="unsupported_parameter", param=name
-            )
-    return request
 
 
 _Job = tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]
@@ -231,7 +131,7 @@ class _PriorityExecutor(Executor):
                 continue
             try:
                 result = fn(*args)
-            except BaseException as exc:  # delivered to the waiter, as ThreadPoolExecutor does
+            except BaseException as exc:  # noqa: BLE001 - delivered to the waiter, as ThreadPoolExecutor does
                 future.set_exception(exc)
             else:
                 future.set_result(result)
@@ -348,12 +248,11 @@ class LlamaCppBackend:
         400 `context_length_exceeded` (the rendered prompt leaves no room in `n_ctx`),
         500 `model_error` (llama.cpp failed; not retryable).
         """
-        require_utf8(body)
-        request = _parse(body)
+        request = chat_request(body)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._model.executor, self._complete, request)
 
-    def _complete(self, request: _ChatRequest) -> dict[str, Any]:
+    def _complete(self, request: ChatRequest) -> dict[str, Any]:
         try:
             return self._generate(request)
         except BackendError:
@@ -363,7 +262,7 @@ class LlamaCppBackend:
                 500, f"The model failed: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
             ) from exc
 
-    def _generate(self, request: _ChatRequest) -> dict[str, Any]:
+    def _generate(self, request: ChatRequest) -> dict[str, Any]:
         from jinja2 import TemplateError
 
         llm, formatter = self._model.load()

@@ -6,49 +6,22 @@ retries (the shard worker owns retries and their budget), it only says whether a
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
-from batchinfer.backends.base import BackendError
-from batchinfer.backends.common import require_utf8
-from batchinfer.backends.http import Answer, post_json
+from batchinfer.backends.base import BackendError, RegistryError, require_utf8
+from batchinfer.backends.http import Answer, post_json, upstream_error
 
 if TYPE_CHECKING:
-    from batchinfer.backends.registry import OpenAICompatConfig
+    from batchinfer.backends.config import OpenAICompatConfig
 
-__all__ = ["OpenAICompatBackend", "parse_retry_after"]
+__all__ = ["OpenAICompatBackend"]
 
-# 408 and 429 are the 4xx that RFC 9110 / RFC 6585 describe as "try again later".
-_RETRYABLE_4XX = frozenset({408, 429})
 _MAX_ERROR_TEXT = 500
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header value, or None when absent or unparsable.
-
-    RFC 9110 §10.2.3 allows delay-seconds (`"120"`) or an HTTP-date (`"Wed, 21 Oct 2015 07:28:00 GMT"`,
-    counted from `now`, Unix seconds, default the current time; a past date gives 0.0).
-    """
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:  # RFC 9110: HTTP-dates are always GMT
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
-
-
-def _upstream_error(response: Answer) -> tuple[str, str | None, str | None, str | None]:
+def _error_fields(response: Answer) -> tuple[str, str | None, str | None, str | None]:
     """(message, type, code, param) from an error response of any common server flavour."""
     try:
         data = response.json()
@@ -80,8 +53,7 @@ def _upstream_error(response: Answer) -> tuple[str, str | None, str | None, str 
                     None,
                     None,
                 )
-    text = response.text.strip()[:_MAX_ERROR_TEXT]
-    return text or f"HTTP {response.status} {response.reason}", None, None, None
+    return response.summary(), None, None, None
 
 
 class OpenAICompatBackend:
@@ -93,8 +65,6 @@ class OpenAICompatBackend:
     """
 
     def __init__(self, name: str, config: OpenAICompatConfig) -> None:
-        from batchinfer.backends.registry import RegistryError
-
         self.name = name
         self.config = config
         self.url = str(config.base_url).rstrip("/") + "/chat/completions"
@@ -129,33 +99,10 @@ class OpenAICompatBackend:
         except UnicodeEncodeError:  # found while encoding the body (not by a walk of every request)
             require_utf8(payload)  # raises, naming the string
             raise
-        status = response.status
-        if 200 <= status < 300:
+        if 200 <= response.status < 300:
             return self._completion(response)
-        message, err_type, code, param = _upstream_error(response)
-        retry_after = parse_retry_after(response.headers.get("retry-after"))
-        if status in _RETRYABLE_4XX or status >= 500:
-            if status == 429:  # OpenAI's own rate-limit error: type "requests", code "rate_limit_exceeded"
-                err_type, code = err_type or "requests", code or "rate_limit_exceeded"
-            raise BackendError(
-                status,
-                message,
-                type=err_type or "server_error",
-                code=code,
-                param=param,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if 400 <= status < 500:
-            raise BackendError(
-                status, message, type=err_type or "invalid_request_error", code=code, param=param
-            )
-        raise BackendError(
-            502,
-            f"The model server answered with unexpected HTTP {status}: {message}",
-            type="server_error",
-            code="bad_response",
-        )
+        message, err_type, code, param = _error_fields(response)
+        raise upstream_error(response, message, type=err_type, code=code, param=param)
 
     def _completion(self, response: Answer) -> dict[str, Any]:
         try:

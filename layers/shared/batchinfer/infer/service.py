@@ -9,15 +9,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from batchinfer.backends.base import BackendError
-from batchinfer.backends.registry import BackendNotImplemented, ModelNotFound, ModelRegistry, RegistryError
-from batchinfer.wire.kserve import (
-    InferError,
-    ModelLimits,
+from batchinfer.backends.base import (
+    BackendError,
+    BackendNotImplemented,
+    ModelNotFound,
+    RegistryError,
     TokenBackend,
-    infer_response,
-    parse_infer_request,
 )
+from batchinfer.backends.registry import ModelRegistry
+from batchinfer.wire.kserve import InferError, ModelLimits, infer_response, parse_infer_request
 
 __all__ = ["TokenRequests", "infer", "infer_batch_body", "model_limits", "token_backend"]
 

@@ -9,7 +9,6 @@ late shard commit can change the counts under it; requests that never ran become
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from batchinfer.core import chaos, ids
@@ -17,7 +16,7 @@ from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.table import now
 from batchinfer.core.observability import logger
-from batchinfer.wire.openai import result_line
+from batchinfer.wire.openai import result_line_bytes
 from batchinfer.core.settings import get_settings
 from batchinfer.wire.status import BatchStatus, is_terminal
 from batchinfer.pipeline.worker import parse_shard
@@ -55,10 +54,9 @@ def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStat
         if shard.next_index >= shard.size:
             continue
         for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index:]:
-            line = result_line(line_id=ids.request_id(batch_id, request.line), custom_id=request.custom_id,
-                               status_code=None, request_id=None, body=None,
-                               error={"code": code, "message": message})
-            yield json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            yield result_line_bytes(line_id=ids.request_id(batch_id, request.line),
+                                    custom_id=request.custom_id, status_code=None, request_id=None, body=None,
+                                    error={"code": code, "message": message})
 
 
 class _LineCounter:

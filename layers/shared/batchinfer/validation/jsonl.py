@@ -155,29 +155,3 @@ def iter_physical_lines(
     """
     return PhysicalLineReader(chunks, max_line_bytes, max_total_bytes)
 
-
-# JSON values nested deeper than this are refused (RFC 8259 section 9 lets a parser limit nesting):
-# far beyond any real request (an OpenAI body with a deep `response_format` schema is ~30 levels),
-# and far below Python's recursion limit, which the code that walks or serialises a value (pydantic
-# messages, `json.dumps`, the token protocol's checks) would otherwise hit at ~1000 levels.
-MAX_JSON_DEPTH = 128
-
-
-def nested_deeper_than(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True when the parsed JSON `value` has more than `limit` arrays/objects nested in one another.
-
-    `[]` and `{}` are 1 level, `[[1]]` is 2, a scalar is 0. Iterative: any depth is safe to check.
-    """
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False

@@ -1,2 +1,9 @@
-"""Wire shapes: the OpenAI Batch/Files objects, the batch status machine, the KServe v2 token contract,
-strict JSON. Imports only `batchinfer.core`."""
+"""Wire shapes and rules, one home each. Imports only `batchinfer.core`.
+
+- `openai`: the Batch/File/Upload objects, the result lines of output.jsonl/error.jsonl, `MAX_ID_LENGTH`.
+- `status`: the batch status machine.
+- `chat`: the chat completions request schema (strict for batch lines, a view for the backends).
+- `kserve`: the /v2 token inference contract (KServe v2, MindIE).
+- `strict_json`: the one JSON loader (RFC 8259) and the nesting limit.
+- `messages`: how error messages name a place (`messages[0].content`) and show a value.
+"""

@@ -26,14 +26,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from batchinfer.validation.jsonl import MAX_JSON_DEPTH, nested_deeper_than
+from batchinfer.wire import strict_json
+from batchinfer.wire.messages import describe, loc_path
+from batchinfer.wire.strict_json import JsonErrorKind
 
 __all__ = [
     "DATATYPE",
@@ -42,7 +43,6 @@ __all__ = [
     "InferRequestBody",
     "ModelLimits",
     "SamplingParams",
-    "TokenBackend",
     "TokenRequest",
     "TokenResult",
     "infer_response",
@@ -183,8 +183,6 @@ _FIELDS: dict[str, type[BaseModel]] = {
     "outputs[]": InferOutput,
     "parameters": InferParameters,
 }
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
-_SHOWN_CHARS = 60
 
 
 # --------------------------------------------------------------------------------------------------
@@ -288,19 +286,6 @@ class TokenResult:
     finish_reason: Literal["stop", "length"]
 
 
-@runtime_checkable
-class TokenBackend(Protocol):
-    """A model that generates token ids from token ids (the embedded model, a remote KServe server)."""
-
-    async def token_limits(self) -> ModelLimits:
-        """The limits requests to this model are checked against (may load the model)."""
-        ...
-
-    async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
-        """Generate up to `params.max_new_tokens` ids after `input_ids`; raise `BackendError`."""
-        ...
-
-
 # --------------------------------------------------------------------------------------------------
 # Parsing
 
@@ -313,29 +298,16 @@ class _NonFinite:
 
 
 def load_json(raw: str | bytes) -> Any:
-    """Parse a request body. NaN and Infinity literals (not JSON, RFC 8259 §6) parse into markers that
-    `parse_infer_request` rejects with the field named. Raises `InferError(400)` for invalid JSON,
-    bytes that are not UTF-8 and values nested deeper than `MAX_JSON_DEPTH` levels."""
-    too_deep = f"the request body is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+    """Parse a request body (`strict_json.loads`). NaN and Infinity literals (not JSON, RFC 8259 §6)
+    parse into markers that `parse_infer_request` rejects with the field named. Raises
+    `InferError(400)` for invalid JSON, bytes that are not UTF-8 and values nested deeper than
+    `MAX_JSON_DEPTH` levels."""
     try:
-        value = json.loads(raw, parse_constant=_NonFinite)
-    except RecursionError:
-        raise InferError(400, too_deep) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InferError(400, f"the request body is not valid JSON: {exc}") from None
-    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
-        raise InferError(400, "the request body is not valid JSON: a number has more than "
-                              f"{sys.get_int_max_str_digits()} digits") from None
-    if nested_deeper_than(value):
-        raise InferError(400, too_deep)
-    return value
-
-
-def _path(loc: tuple[int | str, ...] | list[int | str]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+        return strict_json.loads(raw, non_finite=_NonFinite)
+    except strict_json.JsonError as error:
+        if error.kind is JsonErrorKind.TOO_DEEP:
+            raise InferError(400, f"the request body is {error.msg}") from None
+        raise InferError(400, f"the request body is not valid JSON: {error}") from None
 
 
 def _rule_key(path: str) -> str:
@@ -343,21 +315,10 @@ def _rule_key(path: str) -> str:
 
 
 def _describe(value: Any) -> str:
-    """`integer 17`, `string "10"`, `boolean true`, `null`, ...: the JSON type and value, shortened."""
-    if value is None:
-        return "null"
+    """`messages.describe`, and a NaN/Infinity marker as what it stands for."""
     if isinstance(value, _NonFinite):
         return f"{value.literal} (not a JSON number)"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"number {value} (out of range)"
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    if len(text) > _SHOWN_CHARS:
-        text = text[: _SHOWN_CHARS - 3] + "..."
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return f"{_JSON_TYPES.get(type(value), type(value).__name__)} {text}"
+    return describe(value)
 
 
 def _find_non_finite(
@@ -375,14 +336,14 @@ def _find_non_finite(
 def _message(error: Any) -> tuple[str, str]:
     """(message, path) for a pydantic error of a request body."""
     loc = tuple(error["loc"])
-    path = _path(loc)
+    path = loc_path(loc)
     key = _rule_key(path)
     rule = RULES.get(key)
     kind = error["type"]
     if kind == "extra_forbidden":
-        parent = _FIELDS.get(_rule_key(_path(loc[:-1])), InferRequestBody)
+        parent = _FIELDS.get(_rule_key(loc_path(loc[:-1])), InferRequestBody)
         allowed = ", ".join(parent.model_fields)
-        where = f" in {_path(loc[:-1])}" if loc[:-1] else ""
+        where = f" in {loc_path(loc[:-1])}" if loc[:-1] else ""
         return f"unknown field {path}{where}: the allowed fields are {allowed}", path
     if kind == "missing":
         return f"{path} is required: it must be {rule}", path
@@ -411,7 +372,7 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
         raise InferError(400, f"the request body must be a JSON object, got {_describe(body)}")
     if (found := _find_non_finite(body)) is not None:
         loc, marker = found
-        path = _path(loc)
+        path = loc_path(loc)
         rule = RULES.get(_rule_key(path), "a finite number")
         raise InferError(
             400,

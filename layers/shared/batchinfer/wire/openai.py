@@ -5,6 +5,7 @@ Times are Unix seconds; `None` serialises as JSON null, as the OpenAI SDK expect
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,8 @@ OutputTarget = Literal["file", "user_s3", "user_cos"]
 ENDPOINT_PATTERN = r"^(/v1/chat/completions|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
 _WINDOW = re.compile(r"^(\d{1,3})h$")
 MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
+# Path ids longer than this can't name anything we store (and DynamoDB keys are capped at 2 KB).
+MAX_ID_LENGTH = 128
 
 
 def window_hours(window: str) -> int:
@@ -282,3 +285,18 @@ def result_line(*, line_id: str, custom_id: str, status_code: int | None, reques
     response = None if status_code is None else {"status_code": status_code, "request_id": request_id,
                                                   "body": body}
     return {"id": line_id, "custom_id": custom_id, "response": response, "error": error}
+
+
+def result_line_bytes(*, line_id: str, custom_id: str, status_code: int | None, request_id: str | None,
+                      body: dict[str, Any] | None, error: dict[str, Any] | None = None) -> bytes:
+    """`result_line` as the bytes of one JSON Lines line: compact UTF-8 JSON and its `\n`.
+
+    A string no UTF-8 can carry (a lone surrogate, which a `custom_id` or a model's answer may hold)
+    is written as its JSON escape (`\ud800`): the line stays valid JSON and the file valid UTF-8.
+    """
+    line = result_line(line_id=line_id, custom_id=custom_id, status_code=status_code, request_id=request_id,
+                       body=body, error=error)
+    try:
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(line, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"

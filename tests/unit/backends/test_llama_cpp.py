@@ -1,75 +1,12 @@
-"""Checks shared by every backend, and the request validation they do before any model runs."""
+"""The embedded backend's request checks, before any model runs (generation: tests/integration/backends)."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from batchinfer.backends import BackendError, ModelRegistry
-from batchinfer.backends.common import require_utf8, unencodable_path
-from batchinfer.backends.openai_compat import parse_retry_after
-
-
-@pytest.mark.parametrize(
-    ("body", "path"),
-    [
-        ({"messages": [{"role": "user", "content": "fine \u00e9\u4f60\U0001f600 \x00 nul"}]}, None),
-        ({"messages": [{"role": "user", "content": "broken \ud800 here"}]}, "messages[0].content"),
-        (
-            {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
-            "messages[0].content[0].text",
-        ),
-        ({"metadata": {"k\udc80": "v"}}, "metadata.k\udc80"),
-        ({"stop": ["ok", "\ud83d"]}, "stop[1]"),
-    ],
-)
-def test_unencodable_path_points_at_the_first_lone_surrogate(body: dict[str, Any], path: str | None) -> None:
-    assert unencodable_path(body) == path
-
-
-def test_require_utf8_raises_invalid_encoding() -> None:
-    with pytest.raises(BackendError) as caught:
-        require_utf8({"messages": [{"role": "user", "content": "broken \ud800 here"}]})
-
-    error = caught.value
-    assert (error.status_code, error.code, error.param, error.retryable) == (
-        400,
-        "invalid_encoding",
-        "messages[0].content",
-        False,
-    )
-    assert error.body() == {
-        "error": {
-            "message": "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
-            "and is not valid Unicode text.",
-            "type": "invalid_request_error",
-            "param": "messages[0].content",
-            "code": "invalid_encoding",
-        }
-    }
-
-
-@pytest.mark.parametrize(
-    ("header", "seconds"),
-    [
-        (None, None),
-        ("", None),
-        ("7", 7.0),
-        (" 1.5 ", 1.5),
-        ("-3", 0.0),
-        ("soon", None),
-        ("nan", None),
-        ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
-        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),
-    ],
-)
-def test_parse_retry_after_reads_seconds_and_http_dates(header: str | None, seconds: float | None) -> None:
-    now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
-
-    assert parse_retry_after(header, now=now) == seconds
-
 
 SMOLLM2 = "smollm2-135m-instruct"
 
@@ -100,8 +37,8 @@ def _user(text: str = "hi") -> list[dict[str, str]]:
             400,
             "invalid_value",
             "messages[0].role",
-            "Invalid value for 'messages[0].role': "
-            "Input should be 'system', 'developer', 'user' or 'assistant'.",
+            ("Invalid value for 'messages[0].role': "
+            "Input should be 'system', 'developer', 'user' or 'assistant'."),
         ),
         (
             {"messages": [{"role": "assistant", "content": None}]},
@@ -115,8 +52,8 @@ def _user(text: str = "hi") -> list[dict[str, str]]:
             400,
             "invalid_value",
             "messages[0].content",
-            "Invalid value for 'messages[0].content': "
-            "content part 0 is not a text part; this model accepts text only.",
+            ("Invalid value for 'messages[0].content': "
+            "content part 0 is not a text part; this model accepts text only."),
         ),
         (
             {"messages": _user(), "max_tokens": 0},
@@ -165,8 +102,8 @@ def _user(text: str = "hi") -> list[dict[str, str]]:
             400,
             "invalid_encoding",
             "messages[0].content",
-            "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
-            "and is not valid Unicode text.",
+            ("Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
+            "and is not valid Unicode text."),
         ),
     ],
 )

