@@ -15,7 +15,6 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
     from batchinfer.core.settings import get_settings
     from batchinfer.data import batches, s3, shards
     from batchinfer.pipeline.aggregate import finalize_batch
-
     from benchmarks.aws_env import moto_environment
     from benchmarks.pipeline import instant_model, run_shards
 
@@ -31,14 +30,22 @@ def measure(requests: int = 20_000, rounds: int = 2) -> dict[str, Any]:
             with Stopwatch() as ours:
                 assert finalize_batch(batch_id) == "completed"
             best_ours = min(best_ours, ours.seconds)
-            total = sum(s3.size(bucket, f"batches/{batch_id}/{kind}.jsonl") or 0 for kind in ("output", "error"))
+            total = sum(
+                s3.size(bucket, f"batches/{batch_id}/{kind}.jsonl") or 0 for kind in ("output", "error")
+            )
             client = aws.client("s3")
             with Stopwatch() as raw:
                 body = client.get_object(Bucket=bucket, Key=f"batches/{batch_id}/output.jsonl")["Body"]
                 client.upload_fileobj(body, bucket, f"bench/copy-{round_}.jsonl", Config=s3._TRANSFER)
             best_raw = min(best_raw, raw.seconds)
     mib = total / 2**20
-    return {"requests": requests, "shards": shard_count, "mib": mib, "ours": mib / best_ours, "raw": mib / best_raw}
+    return {
+        "requests": requests,
+        "shards": shard_count,
+        "mib": mib,
+        "ours": mib / best_ours,
+        "raw": mib / best_raw,
+    }
 
 
 def _reopen(batch_id: str) -> None:
@@ -47,8 +54,12 @@ def _reopen(batch_id: str) -> None:
     from batchinfer.core import aws
     from batchinfer.data import keys
 
-    aws.table().update_item(Key=keys.batch(batch_id), UpdateExpression="SET #s = :p REMOVE sealed, final_status",
-                            ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":p": "in_progress"})
+    aws.table().update_item(
+        Key=keys.batch(batch_id),
+        UpdateExpression="SET #s = :p REMOVE sealed, final_status",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":p": "in_progress"},
+    )
 
 
 if __name__ == "__main__":

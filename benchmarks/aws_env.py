@@ -34,9 +34,15 @@ def moto_environment(extra: Mapping[str, str] | None = None) -> Iterator[str]:
         try:
             for key in [k for k in os.environ if k.startswith("AWS_")]:
                 del os.environ[key]
-            os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                               "POWERTOOLS_LOG_LEVEL": "WARNING"})
+            os.environ.update(
+                {
+                    "AWS_ENDPOINT_URL": endpoint,
+                    "AWS_ACCESS_KEY_ID": "testing",
+                    "AWS_SECRET_ACCESS_KEY": "testing",
+                    "AWS_DEFAULT_REGION": "us-east-1",
+                    "POWERTOOLS_LOG_LEVEL": "WARNING",
+                }
+            )
             template = load_template(DEFAULT_TEMPLATE)
             resolver = Resolver(template, {})
             for logical_id, resource in template["Resources"].items():

@@ -35,29 +35,48 @@ TOPICS = ["copper", "glass", "rubber", "salt", "bamboo", "wool", "granite", "hon
 
 
 def prompts(n: int) -> list[str]:
-    return [f"Request {i}: name three everyday uses of {TOPICS[i % len(TOPICS)]}, in one sentence." for i in range(n)]
+    return [
+        f"Request {i}: name three everyday uses of {TOPICS[i % len(TOPICS)]}, in one sentence."
+        for i in range(n)
+    ]
 
 
 def body(prompt: str) -> dict[str, Any]:
-    return {"model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0, "seed": 7,
-            "messages": [{"role": "user", "content": prompt}]}
+    return {
+        "model": MODEL,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "seed": 7,
+        "messages": [{"role": "user", "content": prompt}],
+    }
 
 
 def direct(texts: list[str]) -> tuple[int, float]:
     """(completion tokens, seconds) of the prompts through `llama_cpp.Llama` in one loop."""
-    from batchinfer.backends.llama_cpp import _usable_cpus, find_gguf
-    from batchinfer.backends.config import LlamaCppConfig
     from llama_cpp import Llama
 
+    from batchinfer.backends.config import LlamaCppConfig
+    from batchinfer.backends.llama_cpp import _usable_cpus, find_gguf
+
     defaults = LlamaCppConfig(backend="llama_cpp", n_ctx=2048)
-    llm = Llama(model_path=str(find_gguf(defaults.package)), n_ctx=defaults.n_ctx, n_threads=_usable_cpus(),
-                verbose=False)
+    llm = Llama(
+        model_path=str(find_gguf(defaults.package)),
+        n_ctx=defaults.n_ctx,
+        n_threads=_usable_cpus(),
+        verbose=False,
+    )
     tokens = 0
     with Stopwatch() as watch:
         for text in texts:
             llm.reset()  # the backend does too: no KV cache reuse between requests
-            out = llm.create_chat_completion(messages=[{"role": "user", "content": text}], max_tokens=MAX_TOKENS,
-                                             temperature=0, top_k=defaults.top_k, min_p=defaults.min_p, seed=7)
+            out = llm.create_chat_completion(
+                messages=[{"role": "user", "content": text}],
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                top_k=defaults.top_k,
+                min_p=defaults.min_p,
+                seed=7,
+            )
             tokens += out["usage"]["completion_tokens"]
     del llm
     return tokens, watch.seconds
@@ -87,7 +106,6 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
     downloaded output)` for a batch of those prompts."""
     from batchinfer_local import LocalStack
     from batchinfer_local.client import BatchClient
-
     from benchmarks.common import quiet_functions
 
     quiet_functions()
@@ -96,8 +114,20 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
     def batch(client: BatchClient, directory: Path, lines: list[str]) -> int:
         name = f"batch{next(names)}"
         path = directory / f"{name}.jsonl"
-        path.write_text("".join(json.dumps({"custom_id": f"{name}-{i}", "method": "POST", "url": "/v1/chat/completions",
-                                            "body": body(text)}) + "\n" for i, text in enumerate(lines)))
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "custom_id": f"{name}-{i}",
+                        "method": "POST",
+                        "url": "/v1/chat/completions",
+                        "body": body(text),
+                    }
+                )
+                + "\n"
+                for i, text in enumerate(lines)
+            )
+        )
         created = client.create(client.upload(path)["id"])
         done = wait_for(stack, client, created["id"])
         assert done["status"] == "completed" and done["request_counts"]["failed"] == 0, done
@@ -117,8 +147,13 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
 
 
 def _direct_process(n: int) -> tuple[int, float]:
-    done = subprocess.run([sys.executable, "-m", "benchmarks.embedded", "--direct", str(n)], cwd=REPO,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.embedded", "--direct", str(n)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     tokens, seconds = json.loads(done.stdout.strip().splitlines()[-1])
     return tokens, seconds
 
@@ -132,12 +167,18 @@ def measure(n: int = 50, rounds: int = 2) -> dict[str, Any]:
         for _ in range(rounds):
             stack_runs.append(run(texts))
             direct_runs.append(_direct_process(n))
-    stack_tokens, stack_seconds = map(sum, zip(*stack_runs))
-    direct_tokens, direct_seconds = map(sum, zip(*direct_runs))
-    return {"n": n, "stack_tokens": stack_runs[0][0], "stack_seconds": stack_seconds / rounds,
-            "stack": stack_tokens / stack_seconds, "direct_tokens": direct_runs[0][0],
-            "direct": direct_tokens / direct_seconds,
-            "stack_runs": [t / s for t, s in stack_runs], "direct_runs": [t / s for t, s in direct_runs]}
+    stack_tokens, stack_seconds = map(sum, zip(*stack_runs, strict=True))
+    direct_tokens, direct_seconds = map(sum, zip(*direct_runs, strict=True))
+    return {
+        "n": n,
+        "stack_tokens": stack_runs[0][0],
+        "stack_seconds": stack_seconds / rounds,
+        "stack": stack_tokens / stack_seconds,
+        "direct_tokens": direct_runs[0][0],
+        "direct": direct_tokens / direct_seconds,
+        "stack_runs": [t / s for t, s in stack_runs],
+        "direct_runs": [t / s for t, s in direct_runs],
+    }
 
 
 if __name__ == "__main__":

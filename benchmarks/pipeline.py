@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-ANSWER = ("The sky looks blue at noon because air molecules scatter short blue wavelengths of sunlight "
-          "much more than long red ones (Rayleigh scattering), so blue light reaches the eye from every "
-          "direction of the sky. ") * 4
+ANSWER = (
+    "The sky looks blue at noon because air molecules scatter short blue wavelengths of sunlight "
+    "much more than long red ones (Rayleigh scattering), so blue light reaches the eye from every "
+    "direction of the sky. "
+) * 4
 
 
 class InstantBackend:
@@ -21,11 +23,22 @@ class InstantBackend:
     _ids = itertools.count()
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {"id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model"), "system_fingerprint": None,
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": ANSWER, "refusal": None}}],
-                "usage": {"prompt_tokens": 40, "completion_tokens": 220, "total_tokens": 260}}
+        return {
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "system_fingerprint": None,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                    "message": {"role": "assistant", "content": ANSWER, "refusal": None},
+                }
+            ],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 220, "total_tokens": 260},
+        }
 
 
 class _Registry:
@@ -54,9 +67,21 @@ def instant_model() -> Iterator[None]:
 
 
 def request_line(i: int) -> bytes:
-    return json.dumps({"custom_id": f"request-{i}", "method": "POST", "url": "/v1/chat/completions",
-                       "body": {"model": "smollm2-135m-instruct", "max_tokens": 300,
-                                "messages": [{"role": "user", "content": f"{i}: why is the sky blue?"}]}}).encode() + b"\n"
+    return (
+        json.dumps(
+            {
+                "custom_id": f"request-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "smollm2-135m-instruct",
+                    "max_tokens": 300,
+                    "messages": [{"role": "user", "content": f"{i}: why is the sky blue?"}],
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
 
 
 def run_shards(n: int) -> str:
@@ -75,11 +100,21 @@ def run_shards(n: int) -> str:
     key = f"files/pipeline-{n}-{time.time_ns()}"
     upload_stream(bucket, key, (request_line(i) for i in range(n)))
     batch_id = ids.new_batch_id()
-    intake.create_batch(batch_id=batch_id, account_id="default", input_file_id=f"file-{n}", input_bucket=bucket,
-                        input_key=key, endpoint="/v1/chat/completions", completion_window="24h")
+    intake.create_batch(
+        batch_id=batch_id,
+        account_id="default",
+        input_file_id=f"file-{n}",
+        input_bucket=bucket,
+        input_key=key,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
     assert prepare_batch(batch_id) == "in_progress"
     for shard in list(shards.query(batch_id)):
-        outcome = worker.process_shard(sqs.ShardMessage(batch_id=batch_id, shard=shard.shard),
-                                       owner=f"bench/{shard.shard}", time_left_ms=lambda: 900_000)
+        outcome = worker.process_shard(
+            sqs.ShardMessage(batch_id=batch_id, shard=shard.shard),
+            owner=f"bench/{shard.shard}",
+            time_left_ms=lambda: 900_000,
+        )
         assert outcome == "done", outcome
     return batch_id

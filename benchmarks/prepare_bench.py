@@ -30,12 +30,29 @@ LIMITS = {"MAX_REQUESTS_PER_FILE": "1000000", "MAX_FILE_BYTES": str(1024**3)}
 
 def line(i: int) -> bytes:
     """Request `i` of the benchmark input files: a realistic chat request, about 330 bytes."""
-    return json.dumps({
-        "custom_id": f"request-{i}", "method": "POST", "url": "/v1/chat/completions",
-        "body": {"model": MODEL, "max_tokens": 128, "temperature": 0.7,
-                 "messages": [{"role": "system", "content": SYSTEM},
-                              {"role": "user", "content": f"Question {i}: in one sentence, why is the sky "
-                                                          f"blue at noon and red at sunset?"}]}}).encode() + b"\n"
+    return (
+        json.dumps(
+            {
+                "custom_id": f"request-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": MODEL,
+                    "max_tokens": 128,
+                    "temperature": 0.7,
+                    "messages": [
+                        {"role": "system", "content": SYSTEM},
+                        {
+                            "role": "user",
+                            "content": f"Question {i}: in one sentence, why is the sky "
+                            f"blue at noon and red at sunset?",
+                        },
+                    ],
+                },
+            }
+        ).encode()
+        + b"\n"
+    )
 
 
 def lines(n: int) -> Iterator[bytes]:
@@ -43,7 +60,7 @@ def lines(n: int) -> Iterator[bytes]:
 
 
 def _chunks(data: bytes, size: int = 1024 * 1024) -> list[bytes]:
-    return [data[i:i + size] for i in range(0, len(data), size)]
+    return [data[i : i + size] for i in range(0, len(data), size)]
 
 
 def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
@@ -58,11 +75,16 @@ def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
     chunks = _chunks(b"".join(raw_lines))
 
     def ours() -> None:
-        validator = FileValidator("/v1/chat/completions", {MODEL}.__contains__,
-                                  max_requests=defaults["max_requests_per_file"],
-                                  max_file_bytes=defaults["max_file_bytes"],
-                                  max_line_bytes=defaults["max_line_bytes"])
-        reader = iter_physical_lines(chunks, defaults["max_line_bytes"], max_total_bytes=defaults["max_file_bytes"])
+        validator = FileValidator(
+            "/v1/chat/completions",
+            {MODEL}.__contains__,
+            max_requests=defaults["max_requests_per_file"],
+            max_file_bytes=defaults["max_file_bytes"],
+            max_line_bytes=defaults["max_line_bytes"],
+        )
+        reader = iter_physical_lines(
+            chunks, defaults["max_line_bytes"], max_total_bytes=defaults["max_file_bytes"]
+        )
         shards = sum(1 for _ in shard_lines(reader, validator, defaults["shard_size"]))
         assert validator.ok and shards == -(-n // defaults["shard_size"]), validator.errors[:3]
 
@@ -77,8 +99,12 @@ def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
             with Stopwatch() as watch:
                 run()
             best[name] = min(best[name], watch.seconds)
-    return {"lines": n, "line_bytes": len(raw_lines[0]), "ours": n / best["batchinfer"],
-            "raw": n / best["json.loads"]}
+    return {
+        "lines": n,
+        "line_bytes": len(raw_lines[0]),
+        "ours": n / best["batchinfer"],
+        "raw": n / best["json.loads"],
+    }
 
 
 def _child(batch_id: str) -> None:
@@ -89,8 +115,16 @@ def _child(batch_id: str) -> None:
     started = time.perf_counter()
     outcome = prepare_batch(batch_id)
     seconds = time.perf_counter() - started
-    print(json.dumps({"outcome": outcome, "seconds": seconds, "peak_mib": _peak_rss_kib() / 1024,
-                      "imports_mib": before_kib / 1024}))
+    print(
+        json.dumps(
+            {
+                "outcome": outcome,
+                "seconds": seconds,
+                "peak_mib": _peak_rss_kib() / 1024,
+                "imports_mib": before_kib / 1024,
+            }
+        )
+    )
 
 
 def _peak_rss_kib() -> int:
@@ -106,7 +140,6 @@ def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int,
     from batchinfer.data import batches
     from batchinfer.data.s3 import upload_stream
     from batchinfer.pipeline import intake
-
     from benchmarks.aws_env import moto_environment
 
     results = {}
@@ -116,11 +149,22 @@ def peak_rss(sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)) -> dict[int,
             key = f"files/bench-{n}"
             size = upload_stream(bucket, key, lines(n))
             batch_id = ids.new_batch_id()
-            intake.create_batch(batch_id=batch_id, account_id="default", input_file_id=f"file-{n}",
-                                input_bucket=bucket, input_key=key, endpoint="/v1/chat/completions",
-                                completion_window="24h")
-            done = subprocess.run([sys.executable, "-m", "benchmarks.prepare_bench", "--child", batch_id],
-                                  cwd=REPO, capture_output=True, text=True, check=True)
+            intake.create_batch(
+                batch_id=batch_id,
+                account_id="default",
+                input_file_id=f"file-{n}",
+                input_bucket=bucket,
+                input_key=key,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            )
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmarks.prepare_bench", "--child", batch_id],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             result = json.loads(done.stdout.strip().splitlines()[-1])
             header = batches.get(batch_id)
             assert result["outcome"] == "in_progress", result

@@ -40,23 +40,47 @@ def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
 
     result = bench.measure(n=2000, latency=LATENCY_S, capacity=CAPACITY, rounds=5)
     limit, worker, plain = result["limit"], result["worker"], result["plain"]
-    rows.append(Row(f"backend saturation: shard worker, {result['n']:,}-request batch x "
-                    f"{len(result['worker_runs'])}, C={result['capacity']}, "
-                    f"L={result['latency']:g} s, ceiling {result['ceiling']}",
-                    f"{worker.rate():.1f} req/s", f"C/L = {limit:.0f} req/s", worker.rate() / limit, ">= 0.95",
-                    worker.rate() / limit >= 0.95))
-    rows.append(Row("backend saturation: plain asyncio + httpx, told C", f"{plain.rate():.1f} req/s",
-                    f"C/L = {limit:.0f} req/s", plain.rate() / limit, "", None))
-    rows.append(Row("backend saturation: shard worker vs plain client", f"{worker.rate():.1f} req/s",
-                    f"{plain.rate():.1f} req/s", worker.rate() / plain.rate(), ">= 1.0 (not below)",
-                    worker.rate() >= plain.rate()))
+    rows.append(
+        Row(
+            f"backend saturation: shard worker, {result['n']:,}-request batch x "
+            f"{len(result['worker_runs'])}, C={result['capacity']}, "
+            f"L={result['latency']:g} s, ceiling {result['ceiling']}",
+            f"{worker.rate():.1f} req/s",
+            f"C/L = {limit:.0f} req/s",
+            worker.rate() / limit,
+            ">= 0.95",
+            worker.rate() / limit >= 0.95,
+        )
+    )
+    rows.append(
+        Row(
+            "backend saturation: plain asyncio + httpx, told C",
+            f"{plain.rate():.1f} req/s",
+            f"C/L = {limit:.0f} req/s",
+            plain.rate() / limit,
+            "",
+            None,
+        )
+    )
+    rows.append(
+        Row(
+            "backend saturation: shard worker vs plain client",
+            f"{worker.rate():.1f} req/s",
+            f"{plain.rate():.1f} req/s",
+            worker.rate() / plain.rate(),
+            ">= 1.0 (not below)",
+            worker.rate() >= plain.rate(),
+        )
+    )
     rounds = len(result["worker_runs"])
-    notes.append(f"saturation ({rounds} alternating runs each, summed): worker {worker.ok} ok / {worker.failed} "
-                 f"failed, {worker.refused / rounds:.0f} answers 429 per run (found C by itself), peak "
-                 f"{worker.peak} in flight at the backend; plain client {plain.ok} ok / {plain.failed} failed; "
-                 f"runs {', '.join(f'{r.seconds:.2f}' for r in result['worker_runs'])} s (worker) and "
-                 f"{', '.join(f'{r.seconds:.2f}' for r in result['plain_runs'])} s (plain); worker CPU "
-                 f"{result['worker_cpu_ms_per_request']:.2f} ms per request")
+    notes.append(
+        f"saturation ({rounds} alternating runs each, summed): worker {worker.ok} ok / {worker.failed} "
+        f"failed, {worker.refused / rounds:.0f} answers 429 per run (found C by itself), peak "
+        f"{worker.peak} in flight at the backend; plain client {plain.ok} ok / {plain.failed} failed; "
+        f"runs {', '.join(f'{r.seconds:.2f}' for r in result['worker_runs'])} s (worker) and "
+        f"{', '.join(f'{r.seconds:.2f}' for r in result['plain_runs'])} s (plain); worker CPU "
+        f"{result['worker_cpu_ms_per_request']:.2f} ms per request"
+    )
     return result
 
 
@@ -65,13 +89,22 @@ def embedded(rows: list[Row], notes: list[str]) -> None:
 
     result = bench.measure(50, rounds=4)  # the machine drifts by ~10% over minutes: alternate often
     ratio = result["stack"] / result["direct"]
-    rows.append(Row(f"embedded model: {result['n']} requests end to end through the local stack (tokens/s)",
-                    f"{result['stack']:.1f} tok/s", f"{result['direct']:.1f} tok/s (llama.cpp loop)", ratio,
-                    ">= 0.95", ratio >= 0.95))
-    notes.append(f"embedded: {result['stack_tokens']} tokens per batch, {result['stack_seconds']:.1f} s through the "
-                 f"stack; stack runs {', '.join(f'{r:.1f}' for r in result['stack_runs'])} tok/s, direct loop "
-                 f"runs {', '.join(f'{r:.1f}' for r in result['direct_runs'])} tok/s "
-                 f"({result['direct_tokens']} tokens, same greedy outputs)")
+    rows.append(
+        Row(
+            f"embedded model: {result['n']} requests end to end through the local stack (tokens/s)",
+            f"{result['stack']:.1f} tok/s",
+            f"{result['direct']:.1f} tok/s (llama.cpp loop)",
+            ratio,
+            ">= 0.95",
+            ratio >= 0.95,
+        )
+    )
+    notes.append(
+        f"embedded: {result['stack_tokens']} tokens per batch, {result['stack_seconds']:.1f} s through the "
+        f"stack; stack runs {', '.join(f'{r:.1f}' for r in result['stack_runs'])} tok/s, direct loop "
+        f"runs {', '.join(f'{r:.1f}' for r in result['direct_runs'])} tok/s "
+        f"({result['direct_tokens']} tokens, same greedy outputs)"
+    )
 
 
 def prepare(rows: list[Row], notes: list[str]) -> None:
@@ -79,18 +112,37 @@ def prepare(rows: list[Row], notes: list[str]) -> None:
 
     speed = bench.throughput(n=50_000, rounds=5)  # a full batch under the default limits
     ratio = speed["ours"] / speed["raw"]
-    rows.append(Row(f"prepare: validation + sharding ({speed['line_bytes']}-byte lines)",
-                    f"{speed['ours']:,.0f} lines/s", f"{speed['raw']:,.0f} lines/s (json.loads)", ratio, ">= 0.5",
-                    ratio >= 0.5))
+    rows.append(
+        Row(
+            f"prepare: validation + sharding ({speed['line_bytes']}-byte lines)",
+            f"{speed['ours']:,.0f} lines/s",
+            f"{speed['raw']:,.0f} lines/s (json.loads)",
+            ratio,
+            ">= 0.5",
+            ratio >= 0.5,
+        )
+    )
     peaks = bench.peak_rss()
     base = peaks[10_000]["peak_mib"]
     for n, peak in peaks.items():
         growth = peak["peak_mib"] / base
-        rows.append(Row(f"prepare: peak RSS, {n:,} lines ({peak['file_mib']:.0f} MiB file)",
-                        f"{peak['peak_mib']:.1f} MiB", f"{base:.1f} MiB (10k lines)", growth,
-                        "<= 1.10" if n > 10_000 else "", growth <= 1.10 if n > 10_000 else None))
-    notes.append("prepare RSS: " + ", ".join(f"{n:,} lines in {p['seconds']:.1f} s (imports {p['imports_mib']:.0f} MiB)"
-                                              for n, p in peaks.items()))
+        rows.append(
+            Row(
+                f"prepare: peak RSS, {n:,} lines ({peak['file_mib']:.0f} MiB file)",
+                f"{peak['peak_mib']:.1f} MiB",
+                f"{base:.1f} MiB (10k lines)",
+                growth,
+                "<= 1.10" if n > 10_000 else "",
+                growth <= 1.10 if n > 10_000 else None,
+            )
+        )
+    notes.append(
+        "prepare RSS: "
+        + ", ".join(
+            f"{n:,} lines in {p['seconds']:.1f} s (imports {p['imports_mib']:.0f} MiB)"
+            for n, p in peaks.items()
+        )
+    )
 
 
 def aggregation(rows: list[Row], notes: list[str]) -> None:
@@ -98,9 +150,17 @@ def aggregation(rows: list[Row], notes: list[str]) -> None:
 
     result = bench.measure(50_000)  # a batch at the default limit of requests
     ratio = result["ours"] / result["raw"]
-    rows.append(Row(f"aggregation: {result['requests']:,} results in {result['shards']} shards "
-                    f"({result['mib']:.0f} MiB)", f"{result['ours']:.1f} MiB/s",
-                    f"{result['raw']:.1f} MiB/s (S3 copy)", ratio, "", None))
+    rows.append(
+        Row(
+            f"aggregation: {result['requests']:,} results in {result['shards']} shards "
+            f"({result['mib']:.0f} MiB)",
+            f"{result['ours']:.1f} MiB/s",
+            f"{result['raw']:.1f} MiB/s (S3 copy)",
+            ratio,
+            "",
+            None,
+        )
+    )
 
 
 def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> str:
@@ -109,10 +169,20 @@ def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> s
     result = bench.measure(5000)
     per_thousand = {key: calls * 1000 / result["requests"] for key, calls in result["counts"].items()}
     total = sum(per_thousand.values())
-    rows.append(Row(f"AWS calls per 1,000 requests ({result['requests']:,}-request batch, {result['shards']} shards)",
-                    f"{total:.1f}", "", None, "<= 40", total <= 40))
-    calls = markdown_table(["service", "operation", "calls per 1,000 requests"],
-                           [[s, o, f"{c:.2f}"] for (s, o), c in sorted(per_thousand.items(), key=lambda kv: -kv[1])])
+    rows.append(
+        Row(
+            f"AWS calls per 1,000 requests ({result['requests']:,}-request batch, {result['shards']} shards)",
+            f"{total:.1f}",
+            "",
+            None,
+            "<= 40",
+            total <= 40,
+        )
+    )
+    calls = markdown_table(
+        ["service", "operation", "calls per 1,000 requests"],
+        [[s, o, f"{c:.2f}"] for (s, o), c in sorted(per_thousand.items(), key=lambda kv: -kv[1])],
+    )
     backend = f"L = {LATENCY_S:g} s, {CAPACITY} in flight"
     if worker_rate:
         worker_ms, basis = 1000 / worker_rate, f"the saturation run: {backend}"
@@ -120,17 +190,29 @@ def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> s
         worker_ms, basis = 1000 * LATENCY_S / CAPACITY, f"assumed: {backend}"
     # The same calls and time on arm64 (template parameter Architecture): only the GB-second price differs.
     x86, arm = (bench.cost_per_million(result, worker_ms, basis, arch) for arch in ("x86_64", "arm64"))
-    cost = markdown_table(["item", "$ per million requests, x86_64", "arm64", "basis"],
-                          [[item, f"{dollars:.2f}", f"{arm_dollars:.2f}", basis]
-                           for (item, dollars, basis), (_, arm_dollars, _) in zip(x86, arm, strict=True)]
-                          + [["**total, excluding the model**", f"**{sum(d for _, d, _ in x86):.2f}**",
-                              f"**{sum(d for _, d, _ in arm):.2f}**", ""]])
+    cost = markdown_table(
+        ["item", "$ per million requests, x86_64", "arm64", "basis"],
+        [
+            [item, f"{dollars:.2f}", f"{arm_dollars:.2f}", basis]
+            for (item, dollars, basis), (_, arm_dollars, _) in zip(x86, arm, strict=True)
+        ]
+        + [
+            [
+                "**total, excluding the model**",
+                f"**{sum(d for _, d, _ in x86):.2f}**",
+                f"**{sum(d for _, d, _ in arm):.2f}**",
+                "",
+            ]
+        ],
+    )
     return f"{calls}\n\n{cost}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}"
+    )
     args = parser.parse_args()
     chosen = [s for s in args.only.split(",") if s]
     unknown = set(chosen) - set(SECTIONS)
@@ -161,7 +243,9 @@ def main() -> None:
                 extra = aws_calls(rows, notes, worker_rate)
         except Exception as error:  # one broken section must not cost the others' figures
             logging.getLogger("bench").exception("section %s failed", section)
-            rows.append(Row(f"{section}: failed ({type(error).__name__}: {error})"[:160], "", "", None, "", False))
+            rows.append(
+                Row(f"{section}: failed ({type(error).__name__}: {error})"[:160], "", "", None, "", False)
+            )
         for row in rows[before:]:
             _say(" | ".join(row.cells()))
     print(markdown_table(HEADER, [row.cells() for row in rows]))

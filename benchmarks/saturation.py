@@ -25,10 +25,19 @@ PROMPT = "What is the capital of France? Answer in one word."
 
 def request_line(i: int) -> dict[str, Any]:
     """Request `i` of the benchmark batches (OpenAI batch input format)."""
-    return {"custom_id": f"request-{i}", "method": "POST", "url": "/v1/chat/completions",
-            "body": {"model": "sim-model", "max_tokens": 16,
-                     "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                                  {"role": "user", "content": f"{i}: {PROMPT}"}]}}
+    return {
+        "custom_id": f"request-{i}",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {
+            "model": "sim-model",
+            "max_tokens": 16,
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": f"{i}: {PROMPT}"},
+            ],
+        },
+    }
 
 
 @dataclass
@@ -49,8 +58,10 @@ async def _plain_client(url: str, bodies: list[dict[str, Any]], in_flight: int) 
     # The baseline, as a user would write it: a semaphore of C around httpx posts.
     slots = asyncio.Semaphore(in_flight)
     ok = failed = 0
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=in_flight,
-                                                                 max_keepalive_connections=in_flight)) as client:
+    async with httpx.AsyncClient(
+        timeout=60, limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    ) as client:
+
         async def one(body: dict[str, Any]) -> None:
             nonlocal ok, failed
             async with slots:
@@ -73,8 +84,19 @@ class SimBackend:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> SimBackend:
-        self._server = server_process(["-m", "benchmarks.sim_backend", "--port", str(self.port),
-                                       "--latency", str(self.latency), "--capacity", str(self.capacity)], self.port)
+        self._server = server_process(
+            [
+                "-m",
+                "benchmarks.sim_backend",
+                "--port",
+                str(self.port),
+                "--latency",
+                str(self.latency),
+                "--capacity",
+                str(self.capacity),
+            ],
+            self.port,
+        )
         self._server.__enter__()
         return self
 
@@ -90,8 +112,10 @@ class SimBackend:
     def registry(self, directory: Path) -> Path:
         """A model registry serving `sim-model` from this backend (what a deployment would write)."""
         path = directory / "models.yaml"
-        path.write_text(f"models:\n  sim-model:\n    backend: openai\n    base_url: {self.base_url}\n"
-                        f"    model: sim\n    timeout: 60\n")
+        path.write_text(
+            f"models:\n  sim-model:\n    backend: openai\n    base_url: {self.base_url}\n"
+            f"    model: sim\n    timeout: 60\n"
+        )
         return path
 
 
@@ -107,8 +131,8 @@ def run_plain(sim: SimBackend, n: int) -> Run:
 
 def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
     """`worker.run_requests` on an n-request shard with concurrency ceiling `ceiling`."""
-    from batchinfer.pipeline import worker
     from batchinfer.backends.registry import load_registry
+    from batchinfer.pipeline import worker
 
     shard = b"".join(b"%d\t%s\n" % (i + 1, json.dumps(request_line(i)).encode()) for i in range(n))
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,19 +140,28 @@ def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
         requests = worker.parse_shard(shard)
         sim.reset()
         with Stopwatch() as watch:
-            outcomes = asyncio.run(worker.run_requests(backend, requests, "batch_bench", concurrency=ceiling,
-                                                       time_left_ms=lambda: 10**9, reserve_ms=0))
+            outcomes = asyncio.run(
+                worker.run_requests(
+                    backend,
+                    requests,
+                    "batch_bench",
+                    concurrency=ceiling,
+                    time_left_ms=lambda: 10**9,
+                    reserve_ms=0,
+                )
+            )
         stats = sim.stats()
     ok = sum(1 for o in outcomes if o.ok)
     return Run(watch.seconds, ok, len(outcomes) - ok, stats["refused"], stats["peak"])
 
 
-def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: int | None = None,
-            rounds: int = 5) -> dict[str, Any]:
+def measure(
+    n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: int | None = None, rounds: int = 5
+) -> dict[str, Any]:
     """Both clients on the same simulated backend, alternating `rounds` times; each side's runs summed
     (its requests/s over all of them: throughput, as the embedded section compares totals)."""
-    from batchinfer.pipeline import worker
     from batchinfer.core.settings import Settings
+    from batchinfer.pipeline import worker
 
     ceiling = ceiling or Settings.model_fields["worker_concurrency"].default
     plain_runs: list[Run] = []
@@ -141,20 +174,36 @@ def measure(n: int = 2000, latency: float = 0.5, capacity: int = 48, ceiling: in
             started = time.process_time()
             worker_runs.append(run_worker(sim, n, ceiling))
             cpu += time.process_time() - started
-    return {"n": n, "latency": latency, "capacity": capacity, "ceiling": ceiling, "limit": capacity / latency,
-            "plain": _total(plain_runs), "worker": _total(worker_runs), "plain_runs": plain_runs,
-            "worker_runs": worker_runs, "worker_cpu_ms_per_request": 1000 * cpu / (n * rounds)}
+    return {
+        "n": n,
+        "latency": latency,
+        "capacity": capacity,
+        "ceiling": ceiling,
+        "limit": capacity / latency,
+        "plain": _total(plain_runs),
+        "worker": _total(worker_runs),
+        "plain_runs": plain_runs,
+        "worker_runs": worker_runs,
+        "worker_cpu_ms_per_request": 1000 * cpu / (n * rounds),
+    }
 
 
 def _total(runs: list[Run]) -> Run:
-    return Run(sum(r.seconds for r in runs), sum(r.ok for r in runs), sum(r.failed for r in runs),
-               sum(r.refused for r in runs), max(r.peak for r in runs))
+    return Run(
+        sum(r.seconds for r in runs),
+        sum(r.ok for r in runs),
+        sum(r.failed for r in runs),
+        sum(r.refused for r in runs),
+        max(r.peak for r in runs),
+    )
 
 
 if __name__ == "__main__":
     result = measure()
     for name in ("plain", "worker"):
         run = result[name]  # all runs summed
-        print(f"{name:7s} {run.rate():7.1f} req/s = {run.rate() / result['limit']:.3f} of C/L "
-              f"({run.seconds:.2f} s, ok {run.ok}, failed {run.failed}, 429s {run.refused}, peak {run.peak})")
+        print(
+            f"{name:7s} {run.rate():7.1f} req/s = {run.rate() / result['limit']:.3f} of C/L "
+            f"({run.seconds:.2f} s, ok {run.ok}, failed {run.failed}, 429s {run.refused}, peak {run.peak})"
+        )
     print(f"worker CPU {result['worker_cpu_ms_per_request']:.2f} ms/request")

@@ -20,9 +20,15 @@ from typing import Any
 import uvicorn
 
 _COMPLETION = {
-    "object": "chat.completion", "model": "sim",
-    "choices": [{"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": "Paris is the capital of France."}}],
+    "object": "chat.completion",
+    "model": "sim",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Paris is the capital of France."},
+        }
+    ],
     "usage": {"prompt_tokens": 24, "completion_tokens": 8, "total_tokens": 32},
 }
 _OVERLOADED = json.dumps({"error": "Model is overloaded", "error_type": "overloaded"}).encode()
@@ -80,8 +86,16 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per request")
     parser.add_argument("--capacity", type=int, default=32, help="requests served at once")
     args = parser.parse_args()
-    uvicorn.run(build_app(args.latency, args.capacity), host="127.0.0.1", port=args.port, log_level="warning",
-                access_log=False, http="h11", loop="asyncio", backlog=4096)
+    uvicorn.run(
+        build_app(args.latency, args.capacity),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        http="h11",
+        loop="asyncio",
+        backlog=4096,
+    )
 
 
 if __name__ == "__main__":

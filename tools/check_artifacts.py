@@ -62,12 +62,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchinfer_local.template import TemplateError, load_template, merge_function_globals
 from docker.utils.build import exclude_paths
 from dockerfile_parse import DockerfileParser
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+
+from batchinfer_local.template import TemplateError, load_template, merge_function_globals
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lambda quotas: a function's deployment package and all its layers, unzipped, at most 250 MB (MiB).
@@ -81,8 +82,21 @@ LAMBDA_PYTHON = "3.12"
 BUILT_FROM_SOURCE = {"llama-cpp-python"}
 TASK_ROOT = "/var/task"  # LAMBDA_TASK_ROOT of the AWS base images
 NOT_SHIPPED = ("__pycache__", ".pyc")  # sam build leaves bytecode out
-PIP_OPTIONS_WITH_VALUE = {"-t", "--target", "-c", "--constraint", "-i", "--index-url", "--extra-index-url",
-                          "--platform", "--python-version", "--implementation", "--abi", "--prefix", "--root"}
+PIP_OPTIONS_WITH_VALUE = {
+    "-t",
+    "--target",
+    "-c",
+    "--constraint",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "--platform",
+    "--python-version",
+    "--implementation",
+    "--abi",
+    "--prefix",
+    "--root",
+}
 
 
 class InputError(Exception):
@@ -124,7 +138,7 @@ def read_requirements(path: Path, root: Path) -> list[Pin]:
     if not path.is_file():
         raise InputError(f"no requirements file {path}")
     pins, logical, start = [], "", 0
-    for number, line in enumerate(path.read_text().splitlines() + [""], 1):
+    for number, line in enumerate([*path.read_text().splitlines(), ""], 1):
         line = re.sub(r"(^|\s)#.*", "", line).rstrip()
         start = start if logical else number
         if line.endswith("\\"):
@@ -140,18 +154,41 @@ def read_requirements(path: Path, root: Path) -> list[Pin]:
         except InvalidRequirement as exc:
             raise InputError(f"{where}: {spec!r} is not a requirement ({exc})") from exc
         specifiers = list(req.specifier)
-        pinned = not req.url and len(specifiers) == 1 and specifiers[0].operator == "==" and "*" not in str(specifiers[0])
-        pins.append(Pin(canonicalize_name(req.name), specifiers[0].version if pinned else None, spec, req.marker,
-                        "--hash" in text, where))
+        pinned = (
+            not req.url
+            and len(specifiers) == 1
+            and specifiers[0].operator == "=="
+            and "*" not in str(specifiers[0])
+        )
+        pins.append(
+            Pin(
+                canonicalize_name(req.name),
+                specifiers[0].version if pinned else None,
+                spec,
+                req.marker,
+                "--hash" in text,
+                where,
+            )
+        )
     return pins
 
 
 def marker_env(python: str, machine: str) -> dict[str, str]:
     """PEP 508 marker values of CPython `python` on Linux `machine`."""
-    return {"implementation_name": "cpython", "implementation_version": f"{python}.0", "os_name": "posix",
-            "platform_machine": machine, "platform_python_implementation": "CPython", "platform_release": "",
-            "platform_system": "Linux", "platform_version": "", "python_full_version": f"{python}.0",
-            "python_version": python, "sys_platform": "linux", "extra": ""}
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": f"{python}.0",
+        "os_name": "posix",
+        "platform_machine": machine,
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": f"{python}.0",
+        "python_version": python,
+        "sys_platform": "linux",
+        "extra": "",
+    }
 
 
 class Lock:
@@ -162,7 +199,9 @@ class Lock:
         for path in paths:
             for pin in read_requirements(path, root):
                 if pin.version is None:
-                    raise InputError(f"{pin.where}: the lock pins {pin.spec!r} with no single version (make lock)")
+                    raise InputError(
+                        f"{pin.where}: the lock pins {pin.spec!r} with no single version (make lock)"
+                    )
                 self.pins.setdefault(pin.name, []).append(pin)
 
     def version(self, name: str, env: dict[str, str]) -> str | None:
@@ -176,23 +215,35 @@ class Lock:
         found = []
         for pin in pins:
             if pin.version is None:
-                found.append(f"{pin.where}: {pin.spec!r} is not pinned (write {pin.name}==VERSION, the lock's version)")
+                found.append(
+                    f"{pin.where}: {pin.spec!r} is not pinned (write {pin.name}==VERSION, the lock's version)"
+                )
             elif not pin.hashed:
                 found.append(f"{pin.where}: {pin.name}=={pin.version} has no --hash (make lock writes them)")
             elif pin.marker is None or pin.marker.evaluate(env):
                 locked = self.version(pin.name, env)
                 if locked is None:
-                    found.append(f"{pin.where}: {pin.name}=={pin.version} is not in the lock (add it to a "
-                                 f"requirements/*.in or *.txt file, then make lock)")
+                    found.append(
+                        f"{pin.where}: {pin.name}=={pin.version} is not in the lock (add it to a "
+                        f"requirements/*.in or *.txt file, then make lock)"
+                    )
                 elif locked != pin.version:
-                    found.append(f"{pin.where}: {pin.name}=={pin.version} differs from the lock's {pin.name}=={locked}")
+                    found.append(
+                        f"{pin.where}: {pin.name}=={pin.version} differs from the lock's {pin.name}=={locked}"
+                    )
         return found
 
 
 def uv(args: list[str], root: Path) -> subprocess.CompletedProcess[str]:
     """Run the venv's uv in `root` (which holds its settings: pyproject.toml [tool.uv])."""
-    command = [shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv", *args, "--quiet",
-               "--no-python-downloads", "--python-version", LAMBDA_PYTHON]
+    command = [
+        shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv",
+        *args,
+        "--quiet",
+        "--no-python-downloads",
+        "--python-version",
+        LAMBDA_PYTHON,
+    ]
     return subprocess.run(command, check=False, cwd=root, capture_output=True, text=True, timeout=600)
 
 
@@ -201,11 +252,15 @@ def uv_findings(proc: subprocess.CompletedProcess[str], label: str, machine: str
     error = " ".join(proc.stderr.split())  # uv wraps its messages to the terminal's width
     found = False
     for name in re.findall(r"Because (\S+?) has no usable wheels", error):
-        report.fail(f"{label}: no wheel of {name} for CPython {LAMBDA_PYTHON} on {machine} ({GLIBC} or older)")
+        report.fail(
+            f"{label}: no wheel of {name} for CPython {LAMBDA_PYTHON} on {machine} ({GLIBC} or older)"
+        )
         found = True
     for names in re.findall(r"no trusted hash was provided for: ((?:`[^`]+`,? ?)+)", error):
-        report.fail(f"{label}: pulls in {', '.join(re.findall('`([^`]+)`', names))}, which is not pinned and "
-                    f"hashed (make lock)")
+        report.fail(
+            f"{label}: pulls in {', '.join(re.findall('`([^`]+)`', names))}, which is not pinned and "
+            f"hashed (make lock)"
+        )
         found = True
     if not found:
         raise InstallerError(f"{label}: {error[-1500:]}")
@@ -226,7 +281,9 @@ def dist_sizes(target: Path) -> dict[str, int]:
     for record in target.glob("*.dist-info/RECORD"):
         name = canonicalize_name(record.parent.name.removesuffix(".dist-info").rsplit("-", 1)[0])
         files = (target / line.split(",", 1)[0] for line in record.read_text().splitlines())
-        sizes[name] = sum(f.lstat().st_size for f in files if f.is_file() and not f.name.endswith(NOT_SHIPPED))
+        sizes[name] = sum(
+            f.lstat().st_size for f in files if f.is_file() and not f.name.endswith(NOT_SHIPPED)
+        )
     return sizes
 
 
@@ -255,7 +312,9 @@ def module_level_imports(folders: list[Path], root: Path) -> dict[str, list[str]
                         yield from walk(part.body if isinstance(part, ast.ExceptHandler) else [part])
 
     for folder in folders:
-        for dirpath, dirs, files in os.walk(folder, followlinks=True):  # an image's task root links its copies
+        for dirpath, dirs, files in os.walk(
+            folder, followlinks=True
+        ):  # an image's task root links its copies
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for path in (Path(dirpath, f).resolve() for f in sorted(files) if f.endswith(".py")):
                 for module, line in walk(ast.parse(path.read_text(), str(path)).body):
@@ -275,8 +334,9 @@ def check_imports(label: str, folders: list[Path], shipped: set[str], root: Path
     for module, where in sorted(module_level_imports(folders, root).items()):
         if not {canonicalize_name(d) for d in providers.get(module, [])} & shipped:
             more = f" and {len(where) - 2} more" if len(where) > 2 else ""
-            report.fail(f"{label}: imports {module} ({', '.join(where[:2])}{more}) but ships no package "
-                        f"providing it")
+            report.fail(
+                f"{label}: imports {module} ({', '.join(where[:2])}{more}) but ships no package providing it"
+            )
 
 
 _IMPORT_HANDLER = """
@@ -292,12 +352,24 @@ def start_handler_import(handler: str, paths: list[Path], variables: dict[str, A
     """Import `handler` (Lambda's `path/module.function`) in a fresh interpreter that sees only `paths`
     and this venv's site-packages (-I -S: no user site, no .pth files, so not the editable batchinfer)."""
     site = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
-    env = {"PATH": os.environ.get("PATH", ""), "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    env |= {k: v if isinstance(v, str) else str(v) if isinstance(v, int) else "unresolved" for k, v in variables.items()}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env |= {
+        k: v if isinstance(v, str) else str(v) if isinstance(v, int) else "unresolved"
+        for k, v in variables.items()
+    }
     code = _IMPORT_HANDLER.format(paths=[str(p) for p in paths] + site, handler=handler)
-    return subprocess.Popen([sys.executable, "-I", "-S", "-c", code], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 # ------------------------------------------------------------------------------------------- zip
@@ -314,9 +386,23 @@ class Unit:
 def install_unit(unit: Unit, arch: str, workdir: Path, root: Path, report: Report) -> None:
     """Install the unit's requirements as sam build would for `arch`: binary wheels, hash-checked."""
     target = workdir / unit.logical_id / arch
-    proc = uv(["pip", "install", "--target", str(target), "--only-binary", ":all:", "--require-hashes",
-               "--no-compile", "--python-platform", f"{MACHINES[arch]}-{GLIBC}",
-               "-r", str(unit.folder / "requirements.txt")], root)
+    proc = uv(
+        [
+            "pip",
+            "install",
+            "--target",
+            str(target),
+            "--only-binary",
+            ":all:",
+            "--require-hashes",
+            "--no-compile",
+            "--python-platform",
+            f"{MACHINES[arch]}-{GLIBC}",
+            "-r",
+            str(unit.folder / "requirements.txt"),
+        ],
+        root,
+    )
     if proc.returncode:
         uv_findings(proc, f"{arch} {unit.logical_id}", MACHINES[arch], report)
     else:
@@ -332,7 +418,9 @@ def zip_sizes(lid: str, mine: list[Unit], archs: list[str], report: Report) -> N
         parts = {u.logical_id: tree_bytes(u.folder) + sum(u.deps.get(arch, {}).values()) for u in mine}
         total, detail = sum(parts.values()), " + ".join(f"{name} {mb(n)}" for name, n in parts.items())
         if total > UNZIPPED_LIMIT_BYTES:
-            report.fail(f"{arch} {lid}: {mb(total)} unzipped, over Lambda's {mb(UNZIPPED_LIMIT_BYTES)} ({detail})")
+            report.fail(
+                f"{arch} {lid}: {mb(total)} unzipped, over Lambda's {mb(UNZIPPED_LIMIT_BYTES)} ({detail})"
+            )
         else:
             print(f"{arch} {lid}: {mb(total)} unzipped of {mb(UNZIPPED_LIMIT_BYTES)} ({detail})")
 
@@ -380,13 +468,15 @@ def pip_installs(run: str) -> Iterator[list[str]]:
         if token and set(token) <= set("&|;()<>"):
             for i in range(len(words) - 1):
                 if re.fullmatch(r"(\S*/)?pip3?(\.\d+)?", words[i]) and words[i + 1] == "install":
-                    yield words[i + 2:]
+                    yield words[i + 2 :]
             words = []
         else:
             words.append(token)
 
 
-def pip_install(args: list[str], copies: dict[str, Path], where: str, root: Path, report: Report) -> PipInstall:
+def pip_install(
+    args: list[str], copies: dict[str, Path], where: str, root: Path, report: Report
+) -> PipInstall:
     """Check that a Dockerfile's `pip install` installs hashed requirement files only."""
     files, i = [], 0
     while i < len(args):
@@ -399,15 +489,20 @@ def pip_install(args: list[str], copies: dict[str, Path], where: str, root: Path
         elif args[i].startswith("-"):
             i += args[i] in PIP_OPTIONS_WITH_VALUE
         else:
-            report.fail(f"{where}: pip install {args[i]}: install from a hashed requirements file (make lock)")
+            report.fail(
+                f"{where}: pip install {args[i]}: install from a hashed requirements file (make lock)"
+            )
         i += 1
     if "--require-hashes" not in args:
         report.fail(f"{where}: pip install without --require-hashes")
-    return PipInstall(where, files, "--no-deps" in args, [p for f in files for p in read_requirements(f, root)])
+    return PipInstall(
+        where, files, "--no-deps" in args, [p for f in files for p in read_requirements(f, root)]
+    )
 
 
-def read_image(dockerfile: Path, context: Path, build_args: dict[str, str], stage_dir: Path, root: Path,
-               report: Report) -> Image:
+def read_image(
+    dockerfile: Path, context: Path, build_args: dict[str, str], stage_dir: Path, root: Path, report: Report
+) -> Image:
     """Check a Dockerfile's base images, COPY sources and pip installs; lay out its task root."""
     if not dockerfile.is_file():
         raise InputError(f"no Dockerfile {dockerfile}")
@@ -416,8 +511,11 @@ def read_image(dockerfile: Path, context: Path, build_args: dict[str, str], stag
     # What docker build receives of the context: docker-py (sam build's client) applies .dockerignore so.
     ignore = context / ".dockerignore"
     patterns = [line.strip() for line in (ignore.read_text().splitlines() if ignore.is_file() else [])]
-    sent = exclude_paths(str(context), [p for p in patterns if p and not p.startswith("#")],
-                         dockerfile=str(dockerfile.relative_to(context)))
+    sent = exclude_paths(
+        str(context),
+        [p for p in patterns if p and not p.startswith("#")],
+        dockerfile=str(dockerfile.relative_to(context)),
+    )
     values = dict(build_args)  # the ARGs before the first FROM
     stages: list[dict[str, Any]] = []
     for ins in DockerfileParser(fileobj=io.BytesIO(dockerfile.read_bytes()), env_replace=False).structure:
@@ -432,8 +530,13 @@ def read_image(dockerfile: Path, context: Path, build_args: dict[str, str], stag
                 tag = base.split("@")[0].rpartition("/")[2].partition(":")[2]
                 if tag in ("", "latest") and "@" not in base:
                     report.fail(f"{where}: base image {base} has no version tag")
-            stages.append({"alias": alias[-1] if alias else None, "values": {"LAMBDA_TASK_ROOT": TASK_ROOT},
-                           "copies": {}})
+            stages.append(
+                {
+                    "alias": alias[-1] if alias else None,
+                    "values": {"LAMBDA_TASK_ROOT": TASK_ROOT},
+                    "copies": {},
+                }
+            )
         elif kind == "ENV" and stages:
             name, _, value = text.partition("=")
             scope[name.strip()] = substitute(value.strip().strip('"'), scope, where, report)
@@ -445,12 +548,17 @@ def read_image(dockerfile: Path, context: Path, build_args: dict[str, str], stag
             *sources, dest = [w for w in words if not w.startswith("--")]
             for source in sources:
                 if os.path.normpath(source) not in sent:
-                    report.fail(f"{where}: {kind} source {source} is not in the build context {rel(context, root)}"
-                                f"{' (.dockerignore)' if (context / source).exists() else ''}")
-                stages[-1]["copies"][dest + Path(source).name if dest.endswith("/") else dest] = context / source
+                    report.fail(
+                        f"{where}: {kind} source {source} is not in the build context {rel(context, root)}"
+                        f"{' (.dockerignore)' if (context / source).exists() else ''}"
+                    )
+                stages[-1]["copies"][dest + Path(source).name if dest.endswith("/") else dest] = (
+                    context / source
+                )
         elif kind == "RUN" and stages:
-            image.installs += [pip_install(args, stages[-1]["copies"], where, root, report)
-                               for args in pip_installs(text)]
+            image.installs += [
+                pip_install(args, stages[-1]["copies"], where, root, report) for args in pip_installs(text)
+            ]
     if not stages:
         raise InputError(f"{label}: no FROM")
     for dest, source in stages[-1]["copies"].items():
@@ -467,18 +575,32 @@ def read_image(dockerfile: Path, context: Path, build_args: dict[str, str], stag
 def resolve_install(install: PipInstall, arch: str, workdir: Path, root: Path, report: Report) -> None:
     """Resolve a Dockerfile's pip install for `arch` as pip will in docker build: every package it pulls
     in must be pinned, and have a wheel unless it is BUILT_FROM_SOURCE."""
-    command = ["pip", "compile", "--no-header", "--no-annotate", "--python-platform", f"{MACHINES[arch]}-{GLIBC}",
-               "--only-binary", ":all:", *[a for name in BUILT_FROM_SOURCE for a in ("--no-binary", name)],
-               *["--no-deps"] * install.no_deps, *[str(f) for f in install.files]]
+    command = [
+        "pip",
+        "compile",
+        "--no-header",
+        "--no-annotate",
+        "--python-platform",
+        f"{MACHINES[arch]}-{GLIBC}",
+        "--only-binary",
+        ":all:",
+        *[a for name in BUILT_FROM_SOURCE for a in ("--no-binary", name)],
+        *["--no-deps"] * install.no_deps,
+        *[str(f) for f in install.files],
+    ]
     proc = uv(command, root)
     label = f"{install.where} ({arch})"
     if proc.returncode:
         uv_findings(proc, label, MACHINES[arch], report)
         return
-    resolved = {canonicalize_name(m[1]) for m in re.finditer(r"^([\w.-]+)(\[[^\]]*\])?==", proc.stdout, re.MULTILINE)}
+    resolved = {
+        canonicalize_name(m[1]) for m in re.finditer(r"^([\w.-]+)(\[[^\]]*\])?==", proc.stdout, re.MULTILINE)
+    }
     for name in sorted(resolved - {p.name for p in install.pins}):
-        report.fail(f"{label}: pulls in {name}, which {', '.join(rel(f, root) for f in install.files)} do not "
-                    f"pin (make lock)")
+        report.fail(
+            f"{label}: pulls in {name}, which {', '.join(rel(f, root) for f in install.files)} do not "
+            f"pin (make lock)"
+        )
 
 
 # ------------------------------------------------------------------------------------------- venv
@@ -493,22 +615,31 @@ def venv_check(lock: Lock, report: Report) -> None:
         count += 1
         locked = lock.version(name, env)
         if locked != dist.version:
-            report.fail(f"venv {sys.prefix}: {name}=={dist.version} is installed but the lock has "
-                        f"{f'{name}=={locked}' if locked else 'none'} (rebuild it: rm -rf .venv; make test)")
+            report.fail(
+                f"venv {sys.prefix}: {name}=={dist.version} is installed but the lock has "
+                f"{f'{name}=={locked}' if locked else 'none'} (rebuild it: rm -rf .venv; make test)"
+            )
     if len(report.failures) == before:
         print(f"venv {sys.prefix}: {count} packages, all at the lock's versions")
 
 
 # ------------------------------------------------------------------------------------------- main
-def check(root: Path, template_path: Path, lock: Lock, archs: list[str], workdir: Path, report: Report,
-          venv: bool) -> None:
+def check(
+    root: Path, template_path: Path, lock: Lock, archs: list[str], workdir: Path, report: Report, venv: bool
+) -> None:
     """Every check, in an order that overlaps the handler imports (CPU) with uv (network)."""
     template = load_template(template_path)
     resources = template["Resources"]
-    functions = {lid: merge_function_globals(template, lid) for lid, r in resources.items()
-                 if r["Type"] == "AWS::Serverless::Function"}
-    units = {lid: Unit(lid, root / r["Properties"]["ContentUri"]) for lid, r in resources.items()
-             if r["Type"] == "AWS::Serverless::LayerVersion"}
+    functions = {
+        lid: merge_function_globals(template, lid)
+        for lid, r in resources.items()
+        if r["Type"] == "AWS::Serverless::Function"
+    }
+    units = {
+        lid: Unit(lid, root / r["Properties"]["ContentUri"])
+        for lid, r in resources.items()
+        if r["Type"] == "AWS::Serverless::LayerVersion"
+    }
     zips = {lid: p for lid, p in functions.items() if p.get("PackageType", "Zip") == "Zip"}
     units |= {lid: Unit(lid, root / p["CodeUri"]) for lid, p in zips.items()}
     for unit in units.values():
@@ -532,20 +663,32 @@ def check(root: Path, template_path: Path, lock: Lock, archs: list[str], workdir
         build_args = {k: str(v) for k, v in (meta.get("DockerBuildArgs") or {}).items()}
         key = (context / meta.get("Dockerfile", "Dockerfile"), json.dumps(build_args, sort_keys=True))
         if key not in images:
-            images[key] = read_image(key[0], context, build_args, workdir / "images" / str(len(images)), root, report)
+            images[key] = read_image(
+                key[0], context, build_args, workdir / "images" / str(len(images)), root, report
+            )
         image = images[key]
         handler = ((props.get("ImageConfig") or {}).get("Command") or [""])[0]
         module = image.task_root / (handler.replace(".", "/").rpartition("/")[0] + ".py")
         if not handler or not module.is_file():
-            report.fail(f"{lid}: the handler {handler!r} (ImageConfig.Command) is not a module that "
-                        f"{image.label} copies into {TASK_ROOT}")
+            report.fail(
+                f"{lid}: the handler {handler!r} (ImageConfig.Command) is not a module that "
+                f"{image.label} copies into {TASK_ROOT}"
+            )
         else:
             print(f"{lid} (image, {image.label}): handler {handler} = {rel(module.resolve(), root)}")
             to_import.append((lid, handler, [image.task_root], props))
-    running = [(lid, handler, start_handler_import(handler, paths, (p.get("Environment") or {}).get("Variables") or {}))
-               for lid, handler, paths, p in to_import]
+    running = [
+        (
+            lid,
+            handler,
+            start_handler_import(handler, paths, (p.get("Environment") or {}).get("Variables") or {}),
+        )
+        for lid, handler, paths, p in to_import
+    ]
 
-    targets: list[tuple[Callable[..., None], Unit | PipInstall]] = [(install_unit, u) for u in units.values() if u.pins]
+    targets: list[tuple[Callable[..., None], Unit | PipInstall]] = [
+        (install_unit, u) for u in units.values() if u.pins
+    ]
     targets += [(resolve_install, i) for image in images.values() for i in image.installs if i.files]
     jobs = []
     for arch in archs:
@@ -565,12 +708,16 @@ def check(root: Path, template_path: Path, lock: Lock, archs: list[str], workdir
     for unit in units.values():
         for arch, sizes in sorted(unit.deps.items(), reverse=True):
             largest = ", ".join(f"{n} {mb(b)}" for n, b in sorted(sizes.items(), key=lambda kv: -kv[1])[:6])
-            print(f"{arch} {unit.logical_id}: {len(sizes)} wheels, {mb(sum(sizes.values()))} ({largest}, ...)")
+            print(
+                f"{arch} {unit.logical_id}: {len(sizes)} wheels, {mb(sum(sizes.values()))} ({largest}, ...)"
+            )
     for image in images.values():
         shipped = {p.name for i in image.installs for p in i.pins}
         check_imports(image.label, [image.task_root], shipped, root, report)
-        print(f"{image.label}: installs {len(shipped)} pinned packages, "
-              f"{', '.join(sorted(BUILT_FROM_SOURCE & shipped)) or 'none'} built from source")
+        print(
+            f"{image.label}: installs {len(shipped)} pinned packages, "
+            f"{', '.join(sorted(BUILT_FROM_SOURCE & shipped)) or 'none'} built from source"
+        )
     for lid, handler, proc in running:
         _, err = proc.communicate(timeout=300)
         if proc.returncode:
@@ -585,17 +732,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this script's)")
     parser.add_argument("--template", default="template.yaml", help="relative to --root")
-    parser.add_argument("--lock", action="append", help="relative to --root (default: requirements/lock.txt "
-                        "and requirements/model-data.txt)")
+    parser.add_argument(
+        "--lock",
+        action="append",
+        help="relative to --root (default: requirements/lock.txt and requirements/model-data.txt)",
+    )
     parser.add_argument("--arch", action="append", choices=sorted(MACHINES), help="default: both")
     parser.add_argument("--no-venv", action="store_true", help="skip the venv check")
     args = parser.parse_args(argv)
     started, root, report = time.monotonic(), args.root.resolve(), Report()
     archs = args.arch or sorted(MACHINES, reverse=True)
     # A tmpfs where there is one: removing the ~6,000 installed files from a disk took 4-8 s here.
-    workdir = Path(tempfile.mkdtemp(prefix="check-artifacts-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+    workdir = Path(
+        tempfile.mkdtemp(
+            prefix="check-artifacts-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        )
+    )
     try:
-        lock = Lock([root / p for p in args.lock or ["requirements/lock.txt", "requirements/model-data.txt"]], root)
+        lock = Lock(
+            [root / p for p in args.lock or ["requirements/lock.txt", "requirements/model-data.txt"]], root
+        )
         check(root, root / args.template, lock, archs, workdir, report, not args.no_venv)
     except (InputError, TemplateError, OSError) as exc:
         print(f"ERROR {exc}", file=sys.stderr)

@@ -5,9 +5,9 @@ from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.pipeline.aggregate import finalize_batch
 from batchinfer.core.observability import logger, tracer
 from batchinfer.data.sqs import BatchMessage
+from batchinfer.pipeline.aggregate import finalize_batch
 
 
 class FinalizeRecord(SqsRecordModel):
@@ -26,4 +26,6 @@ def record_handler(record: FinalizeRecord) -> str:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -6,8 +6,8 @@ from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.core.observability import logger, tracer
-from batchinfer.pipeline.prepare import prepare_batch
 from batchinfer.data.sqs import BatchMessage
+from batchinfer.pipeline.prepare import prepare_batch
 
 
 class PrepareRecord(SqsRecordModel):
@@ -26,4 +26,6 @@ def record_handler(record: PrepareRecord) -> str:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -19,13 +19,20 @@ processor = BatchProcessor(event_type=EventType.SQS, model=ShardRecord)
 
 def record_handler(record: ShardRecord, lambda_context: LambdaContext) -> str:
     # Powertools passes `lambda_context` to a record handler that asks for it.
-    outcome = process_shard(record.body, owner=f"{lambda_context.aws_request_id}/{record.messageId}",
-                            time_left_ms=lambda_context.get_remaining_time_in_millis)
-    logger.info("shard", extra={"batch_id": record.body.batch_id, "shard": record.body.shard, "outcome": outcome})
+    outcome = process_shard(
+        record.body,
+        owner=f"{lambda_context.aws_request_id}/{record.messageId}",
+        time_left_ms=lambda_context.get_remaining_time_in_millis,
+    )
+    logger.info(
+        "shard", extra={"batch_id": record.body.batch_id, "shard": record.body.shard, "outcome": outcome}
+    )
     return outcome
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -3,8 +3,8 @@
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.infer.app import app
 from batchinfer.core.observability import logger, tracer
+from batchinfer.infer.app import app
 
 
 # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: the event holds the caller's API key

@@ -17,8 +17,11 @@ def record_handler(record: SQSRecord) -> list[str]:
     message = json.loads(record.body)
     if message.get("Event") == "s3:TestEvent":  # sent once when the notification is configured
         return []
-    started = [batch_id for s3_record in S3Event(message).records
-               if (batch_id := start_from_record(s3_record)) is not None]
+    started = [
+        batch_id
+        for s3_record in S3Event(message).records
+        if (batch_id := start_from_record(s3_record)) is not None
+    ]
     logger.info("uploads", extra={"batch_ids": started})
     return started
 
@@ -26,4 +29,6 @@ def record_handler(record: SQSRecord) -> list[str]:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -20,8 +20,9 @@ class BatchClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
-                                 follow_redirects=True)
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, follow_redirects=True
+        )
 
     def _json(self, response: httpx.Response) -> Any:
         response.raise_for_status()
@@ -29,13 +30,27 @@ class BatchClient:
 
     def upload(self, path: Path) -> dict[str, Any]:
         with path.open("rb") as handle:
-            return self._json(self.http.post("/files", data={"purpose": "batch"},
-                                             files={"file": (path.name, handle, "application/jsonl")}))
+            return self._json(
+                self.http.post(
+                    "/files",
+                    data={"purpose": "batch"},
+                    files={"file": (path.name, handle, "application/jsonl")},
+                )
+            )
 
-    def create(self, input_file_id: str, *, endpoint: str = "/v1/chat/completions",
-               completion_window: str = "24h", metadata: dict[str, str] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"input_file_id": input_file_id, "endpoint": endpoint,
-                                "completion_window": completion_window}
+    def create(
+        self,
+        input_file_id: str,
+        *,
+        endpoint: str = "/v1/chat/completions",
+        completion_window: str = "24h",
+        metadata: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "input_file_id": input_file_id,
+            "endpoint": endpoint,
+            "completion_window": completion_window,
+        }
         if metadata:
             body["metadata"] = metadata
         return self._json(self.http.post("/batches", json=body))
@@ -48,8 +63,14 @@ class BatchClient:
         response.raise_for_status()
         return response.content
 
-    def wait(self, batch_id: str, *, poll_s: float = 1.0, timeout_s: float = 3600.0,
-             on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    def wait(
+        self,
+        batch_id: str,
+        *,
+        poll_s: float = 1.0,
+        timeout_s: float = 3600.0,
+        on_update: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """Poll until the batch is terminal; `on_update` sees every polled Batch object."""
         deadline = time.monotonic() + timeout_s
         while True:

@@ -22,9 +22,21 @@ from typing import Any
 from moto.dynamodb.models import DynamoDBBackend
 
 _LOCK = threading.RLock()
-_OPERATIONS = ("put_item", "update_item", "delete_item", "get_item", "query", "scan", "transact_write_items",
-               "transact_get_items", "batch_write_item", "batch_get_item", "execute_statement",
-               "execute_transaction", "batch_execute_statement")
+_OPERATIONS = (
+    "put_item",
+    "update_item",
+    "delete_item",
+    "get_item",
+    "query",
+    "scan",
+    "transact_write_items",
+    "transact_get_items",
+    "batch_write_item",
+    "batch_get_item",
+    "execute_statement",
+    "execute_transaction",
+    "batch_execute_statement",
+)
 
 
 def serialize_item_operations() -> None:

@@ -19,17 +19,25 @@ def redrive(sqs: Any, dlq_url: str, target_url: str, *, limit: int | None = None
     moved = 0
     while limit is None or moved < limit:
         wanted = 10 if limit is None else min(10, limit - moved)
-        batch = sqs.receive_message(QueueUrl=dlq_url, MaxNumberOfMessages=wanted, WaitTimeSeconds=0,
-                                    MessageAttributeNames=["All"]).get("Messages", [])
+        batch = sqs.receive_message(
+            QueueUrl=dlq_url, MaxNumberOfMessages=wanted, WaitTimeSeconds=0, MessageAttributeNames=["All"]
+        ).get("Messages", [])
         if not batch:
             break
-        entries = [{"Id": str(i), "MessageBody": m["Body"], **(
-            {"MessageAttributes": m["MessageAttributes"]} if m.get("MessageAttributes") else {})}
-            for i, m in enumerate(batch)]
+        entries = [
+            {
+                "Id": str(i),
+                "MessageBody": m["Body"],
+                **({"MessageAttributes": m["MessageAttributes"]} if m.get("MessageAttributes") else {}),
+            }
+            for i, m in enumerate(batch)
+        ]
         failed = sqs.send_message_batch(QueueUrl=target_url, Entries=entries).get("Failed", [])
         if failed:
             raise RuntimeError(f"could not re-drive {len(failed)} message(s): {failed[0].get('Message')}")
-        sqs.delete_message_batch(QueueUrl=dlq_url, Entries=[
-            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)])
+        sqs.delete_message_batch(
+            QueueUrl=dlq_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)],
+        )
         moved += len(batch)
     return moved

@@ -58,7 +58,8 @@ class Resources:
     """Physical identities of the created resources, by logical id.
 
     `queue_urls`/`queue_arns` include dead-letter queues; `redrive` maps a queue's logical id
-    to `(dlq_logical_id, maxReceiveCount)`; `visibility_timeouts` is in seconds; `notification_queues` are the queues S3 notifications go to.
+    to `(dlq_logical_id, maxReceiveCount)`; `visibility_timeouts` is in seconds; `notification_queues` are the
+    queues S3 notifications go to.
     """
 
     tables: dict[str, str] = field(default_factory=dict)
@@ -92,7 +93,9 @@ def _string_attribute(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def create_resources(template: Mapping[str, Any], resolver: Resolver, clients: Mapping[str, Any]) -> Resources:
+def create_resources(
+    template: Mapping[str, Any], resolver: Resolver, clients: Mapping[str, Any]
+) -> Resources:
     """Create every table, bucket and queue of `template` and register them with `resolver`.
 
     `clients` holds boto3 clients under "dynamodb", "s3" and "sqs" (pointed at moto).
@@ -137,7 +140,10 @@ def create_resources(template: Mapping[str, Any], resolver: Resolver, clients: M
         policy = resolver.resolve(properties["RedrivePolicy"], f"{logical_id}.RedrivePolicy")
         if isinstance(policy, str):
             policy = json.loads(policy)
-        made.redrive[logical_id] = (made.queue_by_arn(policy["deadLetterTargetArn"]), int(policy["maxReceiveCount"]))
+        made.redrive[logical_id] = (
+            made.queue_by_arn(policy["deadLetterTargetArn"]),
+            int(policy["maxReceiveCount"]),
+        )
         sqs.set_queue_attributes(
             QueueUrl=made.queue_urls[logical_id], Attributes={"RedrivePolicy": json.dumps(policy)}
         )
@@ -161,7 +167,8 @@ def create_resources(template: Mapping[str, Any], resolver: Resolver, clients: M
         ttl = spec.get("TimeToLiveSpecification")
         if ttl and ttl.get("Enabled") in (True, "true"):
             dynamodb.update_time_to_live(
-                TableName=name, TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True}
+                TableName=name,
+                TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
             )
         made.tables[logical_id] = name
         attributes = {"Arn": table["TableArn"]}
@@ -187,7 +194,9 @@ def create_resources(template: Mapping[str, Any], resolver: Resolver, clients: M
 
     for logical_id, properties in by_type.get(BUCKET, []):
         if "NotificationConfiguration" in properties:
-            notification = resolver.resolve(properties["NotificationConfiguration"], f"{logical_id}.Notification")
+            notification = resolver.resolve(
+                properties["NotificationConfiguration"], f"{logical_id}.Notification"
+            )
             _put_notifications(s3, made, logical_id, notification)
     return made
 
@@ -196,7 +205,9 @@ def _put_notifications(s3: Any, made: Resources, logical_id: str, notification: 
     """Translate CloudFormation's QueueConfigurations to PutBucketNotificationConfiguration's shape."""
     for unsupported in ("LambdaConfigurations", "TopicConfigurations", "EventBridgeConfiguration"):
         if unsupported in notification:
-            raise TemplateError(f"{logical_id}: {unsupported} is not emulated locally (only QueueConfigurations)")
+            raise TemplateError(
+                f"{logical_id}: {unsupported} is not emulated locally (only QueueConfigurations)"
+            )
     configurations = []
     for index, item in enumerate(notification.get("QueueConfigurations", [])):
         made.notification_queues.add(made.queue_by_arn(item["Queue"]))  # must be a queue of this template
@@ -207,7 +218,9 @@ def _put_notifications(s3: Any, made: Resources, logical_id: str, notification: 
         }
         rules = ((item.get("Filter") or {}).get("S3Key") or {}).get("Rules")
         if rules:
-            configuration["Filter"] = {"Key": {"FilterRules": [{"Name": r["Name"], "Value": r["Value"]} for r in rules]}}
+            configuration["Filter"] = {
+                "Key": {"FilterRules": [{"Name": r["Name"], "Value": r["Value"]} for r in rules]}
+            }
         configurations.append(configuration)
     if configurations:
         # moto delivers to SQS, honouring prefix/suffix rules; like S3 it first sends an s3:TestEvent.

@@ -36,7 +36,9 @@ REDELIVERY_DELAY = 1.0
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[LocalStack]:
-    with LocalStack(FIXTURE / "template.yaml", port=0, redelivery_delay=REDELIVERY_DELAY, schedule_interval=0.5) as running:
+    with LocalStack(
+        FIXTURE / "template.yaml", port=0, redelivery_delay=REDELIVERY_DELAY, schedule_interval=0.5
+    ) as running:
         yield running
 
 
@@ -65,7 +67,9 @@ def invocations(stack: LocalStack, logical_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def deliveries(stack: LocalStack, logical_id: str, marker: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def deliveries(
+    stack: LocalStack, logical_id: str, marker: str
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(invocation, record) for every delivered SQS record whose body contains `marker`."""
     return [
         (invocation, record)
@@ -125,7 +129,10 @@ def test_sqs_message_reaches_handler_in_lambda_event_format(stack: LocalStack) -
     context = invocation["context"]
     assert context["function_name"] == "batchinfer-local-WorkerFunction"
     assert context["function_version"] == "$LATEST"
-    assert context["invoked_function_arn"] == "arn:aws:lambda:us-east-1:123456789012:function:batchinfer-local-WorkerFunction"
+    assert (
+        context["invoked_function_arn"]
+        == "arn:aws:lambda:us-east-1:123456789012:function:batchinfer-local-WorkerFunction"
+    )
     assert context["memory_limit_in_mb"] == 256  # Globals
     assert 0 < context["remaining_ms"] <= 7000  # the function's own Timeout: 7 s
     assert re.fullmatch(r"[0-9a-f-]{36}", context["aws_request_id"])
@@ -139,14 +146,25 @@ def test_partial_failure_redelivers_only_the_failed_record(stack: LocalStack) ->
         QueueUrl=stack.queue_urls["WorkQueue"],
         Entries=[
             {"Id": "ok", "MessageBody": json.dumps({"marker": marker, "name": "ok"}), "DelaySeconds": 1},
-            {"Id": "flaky", "MessageBody": json.dumps({"marker": marker, "name": "flaky", "fail_times": 1}), "DelaySeconds": 1},
+            {
+                "Id": "flaky",
+                "MessageBody": json.dumps({"marker": marker, "name": "flaky", "fail_times": 1}),
+                "DelaySeconds": 1,
+            },
         ],
     )
     stack.wait_idle(30)
 
     seen = deliveries(stack, "WorkerFunction", marker)
-    names = [(json.loads(record["body"])["name"], record["attributes"]["ApproximateReceiveCount"]) for _, record in seen]
-    assert names == [("ok", "1"), ("flaky", "1"), ("flaky", "2")] or names == [("flaky", "1"), ("ok", "1"), ("flaky", "2")]
+    names = [
+        (json.loads(record["body"])["name"], record["attributes"]["ApproximateReceiveCount"])
+        for _, record in seen
+    ]
+    assert names == [("ok", "1"), ("flaky", "1"), ("flaky", "2")] or names == [
+        ("flaky", "1"),
+        ("ok", "1"),
+        ("flaky", "2"),
+    ]
     first, retry = seen[0][0], seen[-1][0]
     assert len(first["event"]["Records"]) == 2  # one batch of two
     assert [json.loads(r["body"])["name"] for r in retry["event"]["Records"]] == ["flaky"]
@@ -159,11 +177,18 @@ def test_poison_message_ends_in_the_dead_letter_queue(stack: LocalStack) -> None
     stack.sqs.send_message(QueueUrl=stack.queue_urls["WorkQueue"], MessageBody=body)
     stack.wait_idle(30)
 
-    counts = [record["attributes"]["ApproximateReceiveCount"] for _, record in deliveries(stack, "WorkerFunction", marker)]
+    counts = [
+        record["attributes"]["ApproximateReceiveCount"]
+        for _, record in deliveries(stack, "WorkerFunction", marker)
+    ]
     assert counts == ["1", "2"]  # maxReceiveCount 2, then SQS moves it on the next receive
-    dead = stack.sqs.receive_message(QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], MaxNumberOfMessages=10)["Messages"]
+    dead = stack.sqs.receive_message(
+        QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], MaxNumberOfMessages=10
+    )["Messages"]
     assert [message["Body"] for message in dead] == [body]
-    stack.sqs.delete_message(QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], ReceiptHandle=dead[0]["ReceiptHandle"])
+    stack.sqs.delete_message(
+        QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], ReceiptHandle=dead[0]["ReceiptHandle"]
+    )
 
 
 def test_handler_exception_redelivers_the_whole_batch(stack: LocalStack) -> None:
@@ -172,27 +197,39 @@ def test_handler_exception_redelivers_the_whole_batch(stack: LocalStack) -> None
         QueueUrl=stack.queue_urls["WorkQueue"],
         Entries=[
             {"Id": "ok", "MessageBody": json.dumps({"marker": marker, "name": "ok"}), "DelaySeconds": 1},
-            {"Id": "bad", "MessageBody": json.dumps({"marker": marker, "name": "bad", "raise": True}), "DelaySeconds": 1},
+            {
+                "Id": "bad",
+                "MessageBody": json.dumps({"marker": marker, "name": "bad", "raise": True}),
+                "DelaySeconds": 1,
+            },
         ],
     )
     stack.wait_idle(30)
 
     seen = deliveries(stack, "WorkerFunction", marker)
-    assert sorted((json.loads(r["body"])["name"], r["attributes"]["ApproximateReceiveCount"]) for _, r in seen) == [
+    assert sorted(
+        (json.loads(r["body"])["name"], r["attributes"]["ApproximateReceiveCount"]) for _, r in seen
+    ) == [
         ("bad", "1"),
         ("bad", "2"),
         ("ok", "1"),
         ("ok", "2"),
     ]
-    dead = stack.sqs.receive_message(QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], MaxNumberOfMessages=10)["Messages"]
+    dead = stack.sqs.receive_message(
+        QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], MaxNumberOfMessages=10
+    )["Messages"]
     assert sorted(json.loads(message["Body"])["name"] for message in dead) == ["bad", "ok"]
     for message in dead:
-        stack.sqs.delete_message(QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], ReceiptHandle=message["ReceiptHandle"])
+        stack.sqs.delete_message(
+            QueueUrl=stack.queue_urls["WorkDeadLetterQueue"], ReceiptHandle=message["ReceiptHandle"]
+        )
 
 
 def test_batch_item_failures_are_ignored_without_report_batch_item_failures(stack: LocalStack) -> None:
     marker = uuid.uuid4().hex
-    stack.sqs.send_message(QueueUrl=stack.queue_urls["ImageQueue"], MessageBody=json.dumps({"marker": marker, "fail_times": 1}))
+    stack.sqs.send_message(
+        QueueUrl=stack.queue_urls["ImageQueue"], MessageBody=json.dumps({"marker": marker, "fail_times": 1})
+    )
     stack.wait_idle(30)
 
     seen = deliveries(stack, "ImageFunction", marker)
@@ -210,11 +247,18 @@ def test_s3_upload_under_inbox_reaches_the_declared_queue(stack: LocalStack) -> 
         stack.s3.put_object(Bucket=bucket, Key=key, Body=b"{}\n")
     stack.wait_idle(30)
 
-    notifications = [json.loads(record["body"]) for invocation in invocations(stack, "UploadsFunction")
-                     for record in invocation["event"]["Records"]]
+    notifications = [
+        json.loads(record["body"])
+        for invocation in invocations(stack, "UploadsFunction")
+        for record in invocation["event"]["Records"]
+    ]
     # S3 validates a new notification configuration with a test event, moto too.
-    assert {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": bucket}.items() <= notifications[0].items()
-    created = [n for n in notifications if "Records" in n and marker in n["Records"][0]["s3"]["object"]["key"]]
+    assert {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": bucket}.items() <= notifications[
+        0
+    ].items()
+    created = [
+        n for n in notifications if "Records" in n and marker in n["Records"][0]["s3"]["object"]["key"]
+    ]
     assert len(created) == 1
     S3Model.model_validate(created[0])
     [s3_record] = created[0]["Records"]
@@ -231,12 +275,24 @@ def test_schedule_invokes_with_a_scheduled_event(stack: LocalStack) -> None:
         time.sleep(0.1)
     event = invocations(stack, "SweepFunction")[0]["event"]
     EventBridgeModel.model_validate(event)
-    assert sorted(event) == ["account", "detail", "detail-type", "id", "region", "resources", "source", "time", "version"]
+    assert sorted(event) == [
+        "account",
+        "detail",
+        "detail-type",
+        "id",
+        "region",
+        "resources",
+        "source",
+        "time",
+        "version",
+    ]
     assert event["detail-type"] == "Scheduled Event"
     assert event["source"] == "aws.events"
     assert event["account"] == "123456789012"
     assert event["region"] == "us-east-1"
-    assert event["resources"] == ["arn:aws:events:us-east-1:123456789012:rule/batchinfer-local-SweepFunctionSweep"]
+    assert event["resources"] == [
+        "arn:aws:events:us-east-1:123456789012:rule/batchinfer-local-SweepFunctionSweep"
+    ]
     assert event["detail"] == {}
     assert event["version"] == "0"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", event["time"])
@@ -245,7 +301,12 @@ def test_schedule_invokes_with_a_scheduled_event(stack: LocalStack) -> None:
 def test_http_request_reaches_handler_as_v2_event(stack: LocalStack, http: httpx.Client) -> None:
     response = http.post(
         "/v1/things/a%20b?x=1&x=2&empty=",
-        headers=[("X-Multi", "a"), ("X-Multi", "b"), ("Cookie", "c1=v1; c2=v2"), ("Content-Type", "application/json")],
+        headers=[
+            ("X-Multi", "a"),
+            ("X-Multi", "b"),
+            ("Cookie", "c1=v1; c2=v2"),
+            ("Content-Type", "application/json"),
+        ],
         content=b'{"hello": "world"}',
     )
     assert response.status_code == 200
@@ -301,7 +362,9 @@ def test_http_request_reaches_handler_as_v2_event(stack: LocalStack, http: httpx
 
 
 def test_multipart_body_is_base64_encoded(http: httpx.Client) -> None:
-    request = http.build_request("POST", "/v1/files", data={"purpose": "batch"}, files={"file": ("in.jsonl", b"{}\n")})
+    request = http.build_request(
+        "POST", "/v1/files", data={"purpose": "batch"}, files={"file": ("in.jsonl", b"{}\n")}
+    )
     sent = request.read()
     event = http.send(request).json()["event"]
     assert event["isBase64Encoded"] is True
@@ -311,7 +374,10 @@ def test_multipart_body_is_base64_encoded(http: httpx.Client) -> None:
 
 def test_most_specific_route_wins(http: httpx.Client) -> None:
     specific = http.get("/v1/items/42").json()["event"]
-    assert (specific["routeKey"], specific["pathParameters"]) == ("GET /v1/items/{item_id}", {"item_id": "42"})
+    assert (specific["routeKey"], specific["pathParameters"]) == (
+        "GET /v1/items/{item_id}",
+        {"item_id": "42"},
+    )
     # The GET-only route does not take POST: the greedy ANY route does.
     greedy = http.post("/v1/items/42").json()["event"]
     assert (greedy["routeKey"], greedy["pathParameters"]) == ("ANY /v1/{proxy+}", {"proxy": "items/42"})
@@ -355,7 +421,9 @@ def test_environment_and_resource_names(stack: LocalStack) -> None:
     }
     assert stack.tables == {"RecordTable": "batchinfer-local-RecordTable"}
     assert sorted(stack.queue_urls) == ["ImageQueue", "UploadsQueue", "WorkDeadLetterQueue", "WorkQueue"]
-    attributes = stack.sqs.get_queue_attributes(QueueUrl=stack.queue_urls["WorkQueue"], AttributeNames=["All"])["Attributes"]
+    attributes = stack.sqs.get_queue_attributes(
+        QueueUrl=stack.queue_urls["WorkQueue"], AttributeNames=["All"]
+    )["Attributes"]
     assert attributes["VisibilityTimeout"] == "60"
     assert json.loads(attributes["RedrivePolicy"]) == {
         "deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:batchinfer-local-WorkDeadLetterQueue",

@@ -28,11 +28,28 @@ def test_a_three_line_batch_completes_with_real_answers(client: BatchClient, tmp
     # Given a 3-line batch file (one of them in Chinese)
     prompts = {"req-001": "你好,请介绍一下你自己", "req-002": "Name a colour.", "req-003": "What is 2 + 2?"}
     path = tmp_path / "batch.jsonl"
-    path.write_text("".join(json.dumps({
-        "custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
-        "body": {"model": "smollm2-135m-instruct", "max_tokens": 12, "temperature": 0, "seed": 1,
-                 "messages": [{"role": "user", "content": prompt}]}}, ensure_ascii=False) + "\n"
-        for cid, prompt in prompts.items()), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": cid,
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {
+                        "model": "smollm2-135m-instruct",
+                        "max_tokens": 12,
+                        "temperature": 0,
+                        "seed": 1,
+                        "messages": [{"role": "user", "content": prompt}],
+                    },
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+            for cid, prompt in prompts.items()
+        ),
+        encoding="utf-8",
+    )
 
     # When it is uploaded, created and waited for through the HTTP API
     uploaded = client.upload(path)
@@ -59,17 +76,35 @@ def test_a_three_line_batch_completes_with_real_answers(client: BatchClient, tmp
         usage = completion["usage"]
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
         assert 0 < usage["completion_tokens"] <= 12
-    assert batch["usage"]["output_tokens"] == sum(l["response"]["body"]["usage"]["completion_tokens"] for l in lines)
+    assert batch["usage"]["output_tokens"] == sum(
+        line["response"]["body"]["usage"]["completion_tokens"] for line in lines
+    )
 
 
-def test_a_create_retried_with_the_same_idempotency_key_returns_the_first_batch(client: BatchClient,
-                                                                               tmp_path: Path) -> None:
+def test_a_create_retried_with_the_same_idempotency_key_returns_the_first_batch(
+    client: BatchClient, tmp_path: Path
+) -> None:
     path = tmp_path / "one.jsonl"
-    path.write_text(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
-                                "body": {"model": "smollm2-135m-instruct", "max_tokens": 2,
-                                         "messages": [{"role": "user", "content": "Hi"}]}}) + "\n")
-    body = {"input_file_id": client.upload(path)["id"], "endpoint": "/v1/chat/completions",
-            "completion_window": "24h"}
+    path.write_text(
+        json.dumps(
+            {
+                "custom_id": "a",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "smollm2-135m-instruct",
+                    "max_tokens": 2,
+                    "messages": [{"role": "user", "content": "Hi"}],
+                },
+            }
+        )
+        + "\n"
+    )
+    body = {
+        "input_file_id": client.upload(path)["id"],
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+    }
     first = client.http.post("/batches", json=body, headers={"Idempotency-Key": "retry-7"})
     second = client.http.post("/batches", json=body, headers={"Idempotency-Key": "retry-7"})
     other = client.http.post("/batches", json=body, headers={"Idempotency-Key": "retry-8"})

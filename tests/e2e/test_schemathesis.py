@@ -24,8 +24,13 @@ from schemathesis.specs.openapi.checks import (
 from batchinfer_local import LocalStack
 
 pytestmark = pytest.mark.timeout(300)
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 EXAMPLES = 25  # per operation and mode
 
 
@@ -41,21 +46,29 @@ def api_schema(stack: LocalStack) -> Any:
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-def test_no_5xx_and_every_response_matches_the_document(stack: LocalStack, api_schema: Any,
-                                                        mode: GenerationMode) -> None:
+def test_no_5xx_and_every_response_matches_the_document(
+    stack: LocalStack, api_schema: Any, mode: GenerationMode
+) -> None:
     # One Hypothesis run per operation (schemathesis' own pytest loader does not run on pytest 9).
     failures: dict[str, str] = {}
     operations = [result.ok() for result in api_schema.get_all_operations()]
     for operation in operations:
+
         @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def run(case: Any) -> None:
-            case.call_and_validate(base_url=stack.base_url, headers={"Authorization": f"Bearer {stack.api_key}"},
-                                   checks=CHECKS, timeout=30)
+            case.call_and_validate(
+                base_url=stack.base_url,
+                headers={"Authorization": f"Bearer {stack.api_key}"},
+                checks=CHECKS,
+                timeout=30,
+            )
 
         try:
             run()
-        except Exception as error:  # noqa: BLE001 - collect every operation's failure, then report them all
+        except Exception as error:
             failures[operation.label] = str(error)[:2000]
     assert len(operations) == 12
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())
@@ -67,12 +80,25 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
     document = httpx.get(f"{stack.base_url}/v1/openapi.json").json()
     assert document["openapi"].startswith("3.1")
     assert document["components"]["securitySchemes"] == {
-        "bearerAuth": {"type": "http", "description": "an API key: `batchinfer keys create`", "scheme": "bearer"}}
+        "bearerAuth": {
+            "type": "http",
+            "description": "an API key: `batchinfer keys create`",
+            "scheme": "bearer",
+        }
+    }
     assert sorted((path, method) for path, item in document["paths"].items() for method in item) == [
-        ("/v1/batches", "get"), ("/v1/batches", "post"), ("/v1/batches/{batch_id}", "get"),
-        ("/v1/batches/{batch_id}/cancel", "post"), ("/v1/files", "get"), ("/v1/files", "post"),
-        ("/v1/files/{file_id}", "delete"), ("/v1/files/{file_id}", "get"), ("/v1/files/{file_id}/content", "get"),
-        ("/v1/uploads", "post"), ("/v1/uploads/{upload_id}/cancel", "post"),
-        ("/v1/uploads/{upload_id}/complete", "post")]
+        ("/v1/batches", "get"),
+        ("/v1/batches", "post"),
+        ("/v1/batches/{batch_id}", "get"),
+        ("/v1/batches/{batch_id}/cancel", "post"),
+        ("/v1/files", "get"),
+        ("/v1/files", "post"),
+        ("/v1/files/{file_id}", "delete"),
+        ("/v1/files/{file_id}", "get"),
+        ("/v1/files/{file_id}/content", "get"),
+        ("/v1/uploads", "post"),
+        ("/v1/uploads/{upload_id}/cancel", "post"),
+        ("/v1/uploads/{upload_id}/complete", "post"),
+    ]
     create = document["paths"]["/v1/batches"]["post"]
     assert sorted(create["responses"]) == ["200", "400", "401", "403", "404", "422", "429"]

@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx
 import pytest
+from tokenizers import Tokenizer
+
 from batchinfer.backends import ModelRegistry, load_registry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
 from batchinfer.backends.llama_cpp import find_gguf
 from batchinfer.infer.gguf_tokenizer import tokenizer_files_from_gguf
 from batchinfer.wire.kserve import SamplingParams
-from tokenizers import Tokenizer
-
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
 from support.token_cases import CASE_ERRORS, CASES

@@ -23,7 +23,10 @@ def test_api_create_batch_with_an_unknown_file_is_a_404_envelope(moto_aws: Aws) 
     assert response["statusCode"] == 404
     error = json.loads(response["body"])["error"]
     assert (error["message"], error["type"], error["code"]) == (
-        "No such File object: file-0123456789abcdef01234567", "invalid_request_error", "file_not_found")
+        "No such File object: file-0123456789abcdef01234567",
+        "invalid_request_error",
+        "file_not_found",
+    )
 
 
 def test_api_retrieve_batch_unknown_is_404(moto_aws: Aws) -> None:
@@ -35,23 +38,34 @@ def test_api_retrieve_batch_unknown_is_404(moto_aws: Aws) -> None:
 def test_api_list_batches_is_an_empty_list(moto_aws: Aws) -> None:
     response = moto_aws.invoke("ApiFunction", load_event("api-list-batches.json"))
     assert (response["statusCode"], json.loads(response["body"])) == (
-        200, {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False})
+        200,
+        {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False},
+    )
 
 
 def test_stage_events_for_an_unknown_batch_are_acknowledged(moto_aws: Aws) -> None:
-    for function, event in [("PrepareFunction", "prepare.json"), ("ShardWorkerFunction", "shard-worker.json"),
-                            ("AggregatorFunction", "aggregator.json")]:
+    for function, event in [
+        ("PrepareFunction", "prepare.json"),
+        ("ShardWorkerFunction", "shard-worker.json"),
+        ("AggregatorFunction", "aggregator.json"),
+    ]:
         assert moto_aws.invoke(function, load_event(event)) == {"batchItemFailures": []}
 
 
 def test_sweeper_event_with_nothing_open(moto_aws: Aws) -> None:
     assert moto_aws.invoke("SweeperFunction", load_event("sweeper.json")) == {
-        "expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
+        "expired": 0,
+        "prepare": 0,
+        "shards": 0,
+        "failed_shards": 0,
+        "finalize": 0,
+    }
 
 
 def test_upload_trigger_event_starts_a_batch(moto_aws: Aws) -> None:
     event = load_event("upload-trigger.json")
     event["Records"][0]["body"] = event["Records"][0]["body"].replace(
-        "batchinfer-123456789012-us-east-1-data", moto_aws.bucket)
+        "batchinfer-123456789012-us-east-1-data", moto_aws.bucket
+    )
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
     assert [m["batch_id"][:6] for m in moto_aws.messages("PrepareQueue")] == ["batch_"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from batchinfer_local.functions import handler_location
 from batchinfer_local.template import load_template, merge_function_globals
 
@@ -23,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO / "template.yaml"
 TEMPLATE = load_template(TEMPLATE_PATH)
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
-FUNCTIONS = sorted(logical_id for logical_id, r in RESOURCES.items() if r["Type"] == "AWS::Serverless::Function")
+FUNCTIONS = sorted(
+    logical_id for logical_id, r in RESOURCES.items() if r["Type"] == "AWS::Serverless::Function"
+)
 
 
 def merged(logical_id: str) -> dict[str, Any]:
@@ -88,7 +91,10 @@ def test_globals_environment_names_every_setting() -> None:
     assert RESOURCES["DataBucket"]["Properties"]["BucketName"] == {
         "Fn::Sub": "batchinfer-${AWS::AccountId}-${AWS::Region}-data"
     }
-    assert (TEMPLATE["Parameters"]["ShardSize"]["Default"], TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"]) == (500, 64)
+    assert (
+        TEMPLATE["Parameters"]["ShardSize"]["Default"],
+        TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"],
+    ) == (500, 64)
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
@@ -98,12 +104,21 @@ def test_every_function_handler_file_exists(function: str) -> None:
     assert path.is_file(), f"{function}: {path} is missing"
     tree = ast.parse(path.read_text())
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+    defined |= {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     assert name in defined, f"{function}: {path} defines no {name}"
 
 
 def test_function_packaging() -> None:
-    runtimes = {function: (merged(function).get("Runtime"), merged(function).get("PackageType", "Zip")) for function in FUNCTIONS}
+    runtimes = {
+        function: (merged(function).get("Runtime"), merged(function).get("PackageType", "Zip"))
+        for function in FUNCTIONS
+    }
     assert runtimes == {
         "AggregatorFunction": ("python3.12", "Zip"),
         "ApiFunction": ("python3.12", "Zip"),
@@ -114,7 +129,9 @@ def test_function_packaging() -> None:
         "UploadTriggerFunction": ("python3.12", "Zip"),
     }
     for function in FUNCTIONS:
-        expected = [] if function in ("ShardWorkerFunction", "TokenInferFunction") else [{"Ref": "SharedLayer"}]
+        expected = (
+            [] if function in ("ShardWorkerFunction", "TokenInferFunction") else [{"Ref": "SharedLayer"}]
+        )
         assert merged(function).get("Layers", []) == expected, function
     assert RESOURCES["ShardWorkerFunction"]["Metadata"] == {
         "Dockerfile": "functions/Dockerfile",
@@ -129,7 +146,11 @@ def test_one_architecture_parameter_for_every_function_and_the_layer() -> None:
     # sam build resolves the layer's BuildArchitecture and each image's platform from the same
     # parameter that deploys the functions on it (samconfig.toml sets it for both commands).
     parameter = TEMPLATE["Parameters"]["Architecture"]
-    assert (parameter["Type"], parameter["Default"], parameter["AllowedValues"]) == ("String", "x86_64", ["x86_64", "arm64"])
+    assert (parameter["Type"], parameter["Default"], parameter["AllowedValues"]) == (
+        "String",
+        "x86_64",
+        ["x86_64", "arm64"],
+    )
     assert {function: merged(function)["Architectures"] for function in FUNCTIONS} == {
         function: [{"Ref": "Architecture"}] for function in FUNCTIONS
     }
@@ -188,13 +209,22 @@ def test_every_queue_has_its_own_dead_letter_queue() -> None:
 
 def test_uploads_under_inbox_notify_the_uploads_queue() -> None:
     bucket = RESOURCES["DataBucket"]
-    assert bucket["DependsOn"] == "UploadsQueuePolicy"  # S3 checks it may send when the notification is created
+    assert (
+        bucket["DependsOn"] == "UploadsQueuePolicy"
+    )  # S3 checks it may send when the notification is created
     assert bucket["Properties"]["NotificationConfiguration"] == {
         "QueueConfigurations": [
             {
                 "Event": "s3:ObjectCreated:*",
                 "Queue": {"Fn::GetAtt": ["UploadsQueue", "Arn"]},
-                "Filter": {"S3Key": {"Rules": [{"Name": "prefix", "Value": "inbox/"}, {"Name": "suffix", "Value": ".jsonl"}]}},
+                "Filter": {
+                    "S3Key": {
+                        "Rules": [
+                            {"Name": "prefix", "Value": "inbox/"},
+                            {"Name": "suffix", "Value": ".jsonl"},
+                        ]
+                    }
+                },
             }
         ]
     }
@@ -206,11 +236,17 @@ def test_uploads_under_inbox_notify_the_uploads_queue() -> None:
 
 def test_table_keys_index_and_ttl() -> None:
     table = RESOURCES["BatchTable"]["Properties"]
-    assert table["KeySchema"] == [{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}]
+    assert table["KeySchema"] == [
+        {"AttributeName": "PK", "KeyType": "HASH"},
+        {"AttributeName": "SK", "KeyType": "RANGE"},
+    ]
     [index] = table["GlobalSecondaryIndexes"]
     assert index == {
         "IndexName": "GSI1",
-        "KeySchema": [{"AttributeName": "GSI1PK", "KeyType": "HASH"}, {"AttributeName": "GSI1SK", "KeyType": "RANGE"}],
+        "KeySchema": [
+            {"AttributeName": "GSI1PK", "KeyType": "HASH"},
+            {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
+        ],
         "Projection": {"ProjectionType": "ALL"},
     }
     assert table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}

@@ -8,7 +8,6 @@ server can't do, and what a test of cancel or expiry *while requests run* needs 
 from __future__ import annotations
 
 import contextlib
-
 import json
 import threading
 import time
@@ -31,10 +30,18 @@ TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 def chat_line(custom_id: str, content: str, *, model: str = MODEL, max_tokens: int = 2, **extra: Any) -> str:
     """One batch input line for /v1/chat/completions (greedy, tiny answers: quick on the real model)."""
-    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, "seed": 1,
-            "messages": [{"role": "user", "content": content}], **extra}
-    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body},
-                      ensure_ascii=False)
+    body = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": 1,
+        "messages": [{"role": "user", "content": content}],
+        **extra,
+    }
+    return json.dumps(
+        {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body},
+        ensure_ascii=False,
+    )
 
 
 def jsonl(*lines: str) -> bytes:
@@ -58,7 +65,7 @@ class HoldableUpstream:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 prompt = body["messages"][-1]["content"]
                 upstream.arrivals.append(prompt)
@@ -66,14 +73,35 @@ class HoldableUpstream:
                     upstream.held.set()
                     upstream._release.wait(timeout=60)
                 if "FAIL" in prompt:
-                    self._send(400, {"error": {"message": "scripted failure", "type": "invalid_request_error",
-                                               "param": None, "code": "scripted"}})
+                    self._send(
+                        400,
+                        {
+                            "error": {
+                                "message": "scripted failure",
+                                "type": "invalid_request_error",
+                                "param": None,
+                                "code": "scripted",
+                            }
+                        },
+                    )
                     return
-                self._send(200, {
-                    "id": f"chatcmpl-{len(upstream.arrivals)}", "object": "chat.completion", "created": 0,
-                    "model": body.get("model"), "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                        "role": "assistant", "content": f"echo: {prompt}"}}],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(upstream.arrivals)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": f"echo: {prompt}"},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+                    },
+                )
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
@@ -83,7 +111,7 @@ class HoldableUpstream:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -160,19 +188,30 @@ def new_account(account_id: str, **settings: Any) -> str:
 
 def upload(http: httpx.Client, data: bytes, name: str = "input.jsonl") -> str:
     """POST /v1/files (purpose batch); the new file id."""
-    response = http.post("/files", data={"purpose": "batch"}, files={"file": (name, data, "application/jsonl")})
+    response = http.post(
+        "/files", data={"purpose": "batch"}, files={"file": (name, data, "application/jsonl")}
+    )
     assert response.status_code == 200, response.text
     return response.json()["id"]
 
 
 def create(http: httpx.Client, file_id: str, **fields: Any) -> httpx.Response:
     """POST /v1/batches for an uploaded file (OpenAI dialect)."""
-    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h", **fields}
+    body = {
+        "input_file_id": file_id,
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+        **fields,
+    }
     return http.post("/batches", json=body)
 
 
-def wait_for(http: httpx.Client, batch_id: str, statuses: set[str] = TERMINAL, timeout: float = 120.0,
-             ) -> dict[str, Any]:
+def wait_for(
+    http: httpx.Client,
+    batch_id: str,
+    statuses: set[str] = TERMINAL,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
     """Poll GET /v1/batches/{id} until its status is one of `statuses`; the Batch object."""
     deadline = time.monotonic() + timeout
     while True:

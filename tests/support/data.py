@@ -5,28 +5,47 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
+
 from batchinfer.core import aws, ids
 from batchinfer.data import table
 from batchinfer.data.items import BatchHeader
-from botocore.exceptions import ClientError
 
 
 def batch_header(account: str = "acct", created_at: int = 1_800_000_000, **fields: Any) -> BatchHeader:
     """A new header as `pipeline.intake` writes it (a fresh id), with `fields` changed."""
     batch_id = fields.pop("id", None) or ids.new_batch_id()
-    return BatchHeader(**{
-        "id": batch_id, "account_id": account, "endpoint": "/v1/chat/completions", "input_file_id": "file-x",
-        "completion_window": "24h", "created_at": created_at, "expires_at": created_at + 86_400,
-        "input_bucket": "in-bucket", "input_key": "files/file-x", "output_bucket": "out-bucket",
-        "output_prefix": f"batches/{batch_id}/", **fields})
+    return BatchHeader(
+        **{
+            "id": batch_id,
+            "account_id": account,
+            "endpoint": "/v1/chat/completions",
+            "input_file_id": "file-x",
+            "completion_window": "24h",
+            "created_at": created_at,
+            "expires_at": created_at + 86_400,
+            "input_bucket": "in-bucket",
+            "input_key": "files/file-x",
+            "output_bucket": "out-bucket",
+            "output_prefix": f"batches/{batch_id}/",
+            **fields,
+        }
+    )
 
 
 def cancelled(reasons: list[str]) -> ClientError:
     """The `TransactionCanceledException` DynamoDB answers with these per-item reason codes."""
-    return ClientError({"Error": {"Code": "TransactionCanceledException",
-                                  "Message": f"Transaction cancelled, please refer cancellation reasons for "
-                                             f"specific reasons [{', '.join(reasons)}]"},
-                        "CancellationReasons": [{"Code": code} for code in reasons]}, "TransactWriteItems")
+    return ClientError(
+        {
+            "Error": {
+                "Code": "TransactionCanceledException",
+                "Message": f"Transaction cancelled, please refer cancellation reasons for "
+                f"specific reasons [{', '.join(reasons)}]",
+            },
+            "CancellationReasons": [{"Code": code} for code in reasons],
+        },
+        "TransactWriteItems",
+    )
 
 
 class Transactions:
@@ -50,7 +69,9 @@ def intercept_transactions(monkeypatch: pytest.MonkeyPatch, *answers: str | list
         if len(seen.calls) <= len(answers):
             answer = answers[len(seen.calls) - 1]
             size = len(params["TransactItems"])
-            raise cancelled(["TransactionConflict"] + ["None"] * (size - 1) if answer == "conflict" else answer)
+            raise cancelled(
+                ["TransactionConflict"] + ["None"] * (size - 1) if answer == "conflict" else answer
+            )
         return real(**params)
 
     monkeypatch.setattr(client, "transact_write_items", transact_write_items)

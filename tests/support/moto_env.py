@@ -60,19 +60,31 @@ class Aws:
 
 def sqs_event(bodies: list[Any], queue: str = "Queue") -> dict[str, Any]:
     """A Lambda SQS event carrying `bodies` (JSON-encoded unless already strings)."""
-    return {"Records": [{
-        "messageId": f"m-{i}", "receiptHandle": f"r-{i}",
-        "body": body if isinstance(body, str) else json.dumps(body),
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1764480000000",
-                       "SenderId": "AIDAIENQZJOLO23YVJ4VO", "ApproximateFirstReceiveTimestamp": "1764480000001"},
-        "messageAttributes": {}, "md5OfBody": "0" * 32, "eventSource": "aws:sqs",
-        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue}", "awsRegion": "us-east-1"}
-        for i, body in enumerate(bodies)]}
+    return {
+        "Records": [
+            {
+                "messageId": f"m-{i}",
+                "receiptHandle": f"r-{i}",
+                "body": body if isinstance(body, str) else json.dumps(body),
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1764480000000",
+                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                    "ApproximateFirstReceiveTimestamp": "1764480000001",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "0" * 32,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue}",
+                "awsRegion": "us-east-1",
+            }
+            for i, body in enumerate(bodies)
+        ]
+    }
 
 
 def load_event(name: str) -> dict[str, Any]:
     return json.loads((EVENTS / name).read_text())
-
 
 
 @contextmanager
@@ -80,8 +92,12 @@ def moto_account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
     """The template's resources in an in-process moto account, and the functions' environment."""
     for key in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(key)
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     with mock_aws():
         for cached in (aws._session, aws._client, aws._table, get_settings):

@@ -1,4 +1,5 @@
-"""What each body of tests/fixtures/cases/16-17-token-infer gets from POST /v2/models/smollm2-135m-instruct/infer
+"""What each body of tests/fixtures/cases/16-17-token-infer gets from
+POST /v2/models/smollm2-135m-instruct/infer
 with the shipped registry (vocabulary 49152, prompt limit 2047): None for a 200, else the 400's
 (param, message)."""
 

@@ -40,8 +40,9 @@ def _imported(module: str, path: Path, known: set[str]) -> set[str]:
                 anchor = module.split(".") if is_package else module.split(".")[:-1]
                 anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
-                     for alias in node.names]
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names
+            ]
         else:
             continue
         found.update(name for name in names if name in known and name != module)
@@ -116,8 +117,16 @@ def test_imports_point_down_the_layers() -> None:
 
 
 # Within backends/: base < config < http < each backend < registry (limiter and chaos stand beside).
-BACKEND_ORDER = {"base": 0, "config": 1, "http": 2, "llama_cpp": 3, "openai_compat": 3, "kserve_v2": 3,
-                 "bedrock": 3, "registry": 4}
+BACKEND_ORDER = {
+    "base": 0,
+    "config": 1,
+    "http": 2,
+    "llama_cpp": 3,
+    "openai_compat": 3,
+    "kserve_v2": 3,
+    "bedrock": 3,
+    "registry": 4,
+}
 
 
 def test_backend_modules_import_down_their_order() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from batchinfer.backends import ChatBackend, load_registry
 from batchinfer.backends.llama_cpp import find_gguf
 

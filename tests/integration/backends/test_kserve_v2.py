@@ -1,6 +1,6 @@
 """The KServe v2 client against a scripted HTTP server on loopback, for what a healthy token server will
-not do on demand: 429/503 (sent once; the shard worker retries), errors, malformed answers, slowness. The client against a
-real server (this project's /v2 on the local stack) is in tests/e2e/test_token_infer.py."""
+not do on demand: 429/503 (sent once; the shard worker retries), errors, malformed answers, slowness. The
+client against a real server (this project's /v2 on the local stack) is in tests/e2e/test_token_infer.py."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
 from batchinfer.pipeline.worker import call_backend, for_endpoint
@@ -158,7 +159,13 @@ def test_a_429_is_sent_once_and_is_a_retryable_error_with_its_retry_after(script
     error = failure(client(scripted, "busy"))
 
     assert (error.status_code, error.message, error.type, error.code, error.retryable, error.retry_after) == (
-        429, "too many requests", "requests", "rate_limit_exceeded", True, 3.0)
+        429,
+        "too many requests",
+        "requests",
+        "rate_limit_exceeded",
+        True,
+        3.0,
+    )
     assert len(scripted.received["busy"]) == 1
 
 
@@ -177,8 +184,11 @@ def test_a_503_is_sent_once_and_is_a_retryable_error(scripted: Scripted) -> None
 def test_the_shard_worker_retries_429_and_503_until_the_answer(scripted: Scripted) -> None:
     # The one place a request is retried: the worker's call_backend, around each POST of the backend.
     backend = for_endpoint(client(scripted, "flaky"), "/v2/models/{model}/infer")
-    body = {"inputs": [{"name": "input0", "shape": [1, 3], "datatype": "UINT32", "data": [1, 2, 3]}],
-            "outputs": [{"name": "output0"}], "parameters": {"max_new_tokens": 3}}
+    body = {
+        "inputs": [{"name": "input0", "shape": [1, 3], "datatype": "UINT32", "data": [1, 2, 3]}],
+        "outputs": [{"name": "output0"}],
+        "parameters": {"max_new_tokens": 3},
+    }
 
     answer = asyncio.run(call_backend(backend, body))
 
@@ -243,6 +253,9 @@ def test_chat_needs_the_tokenizer_files(scripted: Scripted) -> None:
 
     assert (caught.value.status_code, caught.value.message) == (
         500,
-        ("model 'remote' takes token ids only: set tokenizer and tokenizer_config in the registry to serve "
-        "chat requests"),
+        (
+            "model 'remote' takes token ids only: set tokenizer and tokenizer_config in the registry to "
+            "serve "
+            "chat requests"
+        ),
     )

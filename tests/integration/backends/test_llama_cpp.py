@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from batchinfer.backends import BackendError, ChatBackend, ModelRegistry
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+
 from batchinfer.backends import BackendError, ChatBackend, ModelRegistry
 
 pytestmark = pytest.mark.timeout(300)

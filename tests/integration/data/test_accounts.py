@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+
 from batchinfer.core import aws
 from batchinfer.data import accounts, keys
 from batchinfer.data.items import Account, ApiKey
@@ -20,19 +21,39 @@ def http_event(method: str, path: str, *, key: str | None = None, body: Any = No
     if key:
         headers["authorization"] = f"Bearer {key}"
     event: dict[str, Any] = {
-        "version": "2.0", "routeKey": "ANY /v1/{proxy+}", "rawPath": path, "rawQueryString": "", "headers": headers,
-        "requestContext": {"accountId": "123456789012", "apiId": "api", "domainName": "api.example.com",
-                           "domainPrefix": "api", "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
-                                                           "sourceIp": "127.0.0.1", "userAgent": "test"},
-                           "requestId": "r", "routeKey": "ANY /v1/{proxy+}", "stage": "$default",
-                           "time": "30/Nov/2026:00:00:00 +0000", "timeEpoch": 1_800_000_000_000},
-        "pathParameters": {"proxy": path.removeprefix("/v1/")}, "isBase64Encoded": False}
+        "version": "2.0",
+        "routeKey": "ANY /v1/{proxy+}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api",
+            "domainName": "api.example.com",
+            "domainPrefix": "api",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "test",
+            },
+            "requestId": "r",
+            "routeKey": "ANY /v1/{proxy+}",
+            "stage": "$default",
+            "time": "30/Nov/2026:00:00:00 +0000",
+            "timeEpoch": 1_800_000_000_000,
+        },
+        "pathParameters": {"proxy": path.removeprefix("/v1/")},
+        "isBase64Encoded": False,
+    }
     if body is not None:
         event["body"] = json.dumps(body)
     return event
 
 
 # ---- keys ------------------------------------------------------------------------------------------
+
 
 def test_keys_authenticate_until_revoked_and_only_hashes_are_stored(moto_aws: Aws) -> None:
     secret, key = accounts.create_key("acct", name="ci")
@@ -62,12 +83,28 @@ def test_what_a_key_stores(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> No
     digest = accounts.hash_key(secret)
     assert key == ApiKey(key_id=key.key_id, account_id="acct", name="ci", created_at=1_800_000_000)
     assert aws.table().get_item(Key=keys.api_key(digest))["Item"] == {
-        "PK": f"KEY#{digest}", "SK": "META", "GSI1PK": "KEYS#acct", "GSI1SK": f"1800000000#{key.key_id}",
-        "key_id": key.key_id, "account_id": "acct", "name": "ci", "created_at": 1_800_000_000}
+        "PK": f"KEY#{digest}",
+        "SK": "META",
+        "GSI1PK": "KEYS#acct",
+        "GSI1SK": f"1800000000#{key.key_id}",
+        "key_id": key.key_id,
+        "account_id": "acct",
+        "name": "ci",
+        "created_at": 1_800_000_000,
+    }
     assert aws.table().get_item(Key=keys.key_pointer(key.key_id))["Item"] == {
-        "PK": f"KEYID#{key.key_id}", "SK": "META", "key_hash": digest, "account_id": "acct"}
+        "PK": f"KEYID#{key.key_id}",
+        "SK": "META",
+        "key_hash": digest,
+        "account_id": "acct",
+    }
     assert aws.table().get_item(Key=keys.account("acct"))["Item"] == {
-        "PK": "ACCOUNT#acct", "SK": "META", "account_id": "acct", "allowed_buckets": [], "created_at": 1_800_000_000}
+        "PK": "ACCOUNT#acct",
+        "SK": "META",
+        "account_id": "acct",
+        "allowed_buckets": [],
+        "created_at": 1_800_000_000,
+    }
     # Revoked: the time is added, nothing else changes (and no NULL revoked_at before).
     assert accounts.revoke_key(key.key_id) == key.model_copy(update={"revoked_at": 1_800_000_000})
 
@@ -93,14 +130,20 @@ def test_a_key_creation_conflict_is_retried(moto_aws: Aws, monkeypatch: pytest.M
 def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accounts, "now", lambda: 1_800_000_000)
     assert accounts.get_account("new") == Account(account_id="new")
-    configured = accounts.configure_account("new", allowed_buckets=["s3://b-1", "cos://c-1", "s3://b-1"],
-                                            max_active_batches=3)
-    assert configured.model_dump() == {"account_id": "new", "allowed_buckets": ["cos://c-1", "s3://b-1"],
-                                       "max_active_batches": 3, "max_creates_per_minute": None,
-                                       "created_at": 1_800_000_000}
+    configured = accounts.configure_account(
+        "new", allowed_buckets=["s3://b-1", "cos://c-1", "s3://b-1"], max_active_batches=3
+    )
+    assert configured.model_dump() == {
+        "account_id": "new",
+        "allowed_buckets": ["cos://c-1", "s3://b-1"],
+        "max_active_batches": 3,
+        "max_creates_per_minute": None,
+        "created_at": 1_800_000_000,
+    }
     assert configured.allows("s3://b-1") and not configured.allows("s3://c-1")
     assert accounts.configure_account("new", max_creates_per_minute=9) == configured.model_copy(
-        update={"max_creates_per_minute": 9})
+        update={"max_creates_per_minute": 9}
+    )
     assert accounts.ensure_account("new") is False
     with pytest.raises(ValueError, match="bucket must be 's3://name' or 'cos://name', got 'b-1'"):
         accounts.configure_account("new", allowed_buckets=["b-1"])
@@ -116,6 +159,7 @@ def test_active_batches_reads_the_counter(moto_aws: Aws) -> None:
 
 # ---- the API function ------------------------------------------------------------------------------
 
+
 def test_api_function_authenticates_before_anything_else(moto_aws: Aws) -> None:
     secret, _ = accounts.create_key("acct")
     cases = {
@@ -127,8 +171,16 @@ def test_api_function_authenticates_before_anything_else(moto_aws: Aws) -> None:
     }
     answers = {name: moto_aws.invoke("ApiFunction", event) for name, event in cases.items()}
     assert {name: a["statusCode"] for name, a in answers.items()} == {
-        "no key": 401, "wrong key": 401, "good key, bad body": 400, "good key": 200, "document": 200}
+        "no key": 401,
+        "wrong key": 401,
+        "good key, bad body": 400,
+        "good key": 200,
+        "document": 200,
+    }
     assert json.loads(answers["wrong key"]["body"])["error"] == {
-        "message": "Incorrect API key provided: sk-bi-...nope.", "type": "invalid_request_error", "param": None,
-        "code": "invalid_api_key"}
+        "message": "Incorrect API key provided: sk-bi-...nope.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_api_key",
+    }
     assert json.loads(answers["good key, bad body"]["body"])["error"]["param"] == "input_file_id"

@@ -7,6 +7,7 @@ import re
 from decimal import Decimal
 
 import pytest
+
 from batchinfer.core import aws
 from batchinfer.data import accounts, batches, keys
 from batchinfer.data.accounts import LimitExceeded
@@ -30,6 +31,7 @@ def counted(account: str = "acct") -> int:
 
 # ---- creation --------------------------------------------------------------------------------------
 
+
 def test_put_stores_the_header_once_with_its_keys(moto_aws: Aws) -> None:
     header = batch_header(id="batch_1", metadata={"k": "v"})
     assert batches.put(header) is True
@@ -37,13 +39,30 @@ def test_put_stores_the_header_once_with_its_keys(moto_aws: Aws) -> None:
     item = stored("batch_1")
     assert re.fullmatch(rf"{T0}#\d{{19}}#batch_1", item.pop("GSI1SK"))
     assert item == {
-        "PK": "BATCH#batch_1", "SK": "META", "GSI1PK": "ACCOUNT#acct",
-        "id": "batch_1", "object": "batch", "account_id": "acct", "endpoint": "/v1/chat/completions",
-        "input_file_id": "file-x", "completion_window": "24h", "status": "validating", "created_at": T0,
-        "expires_at": T0 + 86_400, "request_counts": {"total": 0, "completed": 0, "failed": 0},
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}, "metadata": {"k": "v"},
-        "shards_total": 0, "shards_done": 0, "input_bucket": "in-bucket", "input_key": "files/file-x",
-        "input_where": "", "output_bucket": "out-bucket", "output_prefix": "batches/batch_1/", "output_where": ""}
+        "PK": "BATCH#batch_1",
+        "SK": "META",
+        "GSI1PK": "ACCOUNT#acct",
+        "id": "batch_1",
+        "object": "batch",
+        "account_id": "acct",
+        "endpoint": "/v1/chat/completions",
+        "input_file_id": "file-x",
+        "completion_window": "24h",
+        "status": "validating",
+        "created_at": T0,
+        "expires_at": T0 + 86_400,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        "metadata": {"k": "v"},
+        "shards_total": 0,
+        "shards_done": 0,
+        "input_bucket": "in-bucket",
+        "input_key": "files/file-x",
+        "input_where": "",
+        "output_bucket": "out-bucket",
+        "output_prefix": "batches/batch_1/",
+        "output_where": "",
+    }
     assert counted() == 0
 
 
@@ -65,9 +84,16 @@ def test_create_limited_counts_the_batch_with_its_header(moto_aws: Aws) -> None:
     assert stored(header.id)["active_counted"] is True
     minute = T0 + 60  # T0 is a minute's first second
     assert aws.table().get_item(Key=keys.rate_counter("acct", minute))["Item"] == {
-        "PK": "ACCOUNT#acct", "SK": f"RATE#{minute}", "creates": 1, "ttl": minute + 3600}
+        "PK": "ACCOUNT#acct",
+        "SK": f"RATE#{minute}",
+        "creates": 1,
+        "ttl": minute + 3600,
+    }
     assert aws.table().get_item(Key=keys.active_counter("acct"))["Item"] == {
-        "PK": "ACCOUNT#acct", "SK": "LIMITS", "active_batches": 1}
+        "PK": "ACCOUNT#acct",
+        "SK": "LIMITS",
+        "active_batches": 1,
+    }
 
 
 def test_creations_per_minute_are_counted_per_calendar_minute(moto_aws: Aws) -> None:
@@ -117,7 +143,9 @@ def test_batches_written_without_counting_are_never_decremented(moto_aws: Aws) -
     assert counted() == 0
 
 
-def test_create_limited_retries_a_conflict_and_counts_once(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_create_limited_retries_a_conflict_and_counts_once(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = intercept_transactions(monkeypatch, "conflict", "conflict")
     header = batch_header()
     assert batches.create_limited(header, max_active=5, max_per_minute=5, at=T0)
@@ -126,7 +154,9 @@ def test_create_limited_retries_a_conflict_and_counts_once(moto_aws: Aws, monkey
     assert counted() == 1 and batches.get(header.id).active_counted is True
 
 
-def test_create_limited_raises_a_conflict_that_persists(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_create_limited_raises_a_conflict_that_persists(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = intercept_transactions(monkeypatch, *["conflict"] * CONFLICT_ATTEMPTS)
     header = batch_header()
     with pytest.raises(TransactionConflict):
@@ -137,17 +167,30 @@ def test_create_limited_raises_a_conflict_that_persists(moto_aws: Aws, monkeypat
 
 # ---- status changes --------------------------------------------------------------------------------
 
+
 def test_transition_from_an_allowed_source_stamps_its_time_and_writes_the_changes(moto_aws: Aws) -> None:
     header = batch_header()
     batches.put(header)
-    started = batches.transition(header.id, BatchStatus.IN_PROGRESS, at=T0 + 10, changes=BatchChanges(
-        shards_total=3, model="m", request_counts=RequestCounts(total=5)))
-    assert started == header.model_copy(update={
-        "status": BatchStatus.IN_PROGRESS, "in_progress_at": T0 + 10, "shards_total": 3, "model": "m",
-        "request_counts": RequestCounts(total=5, completed=0, failed=0)})
+    started = batches.transition(
+        header.id,
+        BatchStatus.IN_PROGRESS,
+        at=T0 + 10,
+        changes=BatchChanges(shards_total=3, model="m", request_counts=RequestCounts(total=5)),
+    )
+    assert started == header.model_copy(
+        update={
+            "status": BatchStatus.IN_PROGRESS,
+            "in_progress_at": T0 + 10,
+            "shards_total": 3,
+            "model": "m",
+            "request_counts": RequestCounts(total=5, completed=0, failed=0),
+        }
+    )
     assert stored(header.id)["request_counts"] == {"total": 5, "completed": 0, "failed": 0}
     # validating -> in_progress only: a repeated or late step changes nothing
-    assert batches.transition(header.id, BatchStatus.IN_PROGRESS, changes=BatchChanges(shards_total=9)) is None
+    assert (
+        batches.transition(header.id, BatchStatus.IN_PROGRESS, changes=BatchChanges(shards_total=9)) is None
+    )
     assert batches.transition(header.id, BatchStatus.COMPLETED) is None
     assert batches.get(header.id) == started
 
@@ -156,12 +199,15 @@ def test_transition_writes_given_nulls_and_errors(moto_aws: Aws) -> None:
     header = batch_header()
     batches.put(header)
     errors = BatchErrors(data=[LineErrorOut(code="invalid_json_line", message="bad", line=2)])
-    failed = batches.transition(header.id, BatchStatus.FAILED, at=T0 + 3,
-                                changes=BatchChanges(errors=errors, output_file_id=None))
+    failed = batches.transition(
+        header.id, BatchStatus.FAILED, at=T0 + 3, changes=BatchChanges(errors=errors, output_file_id=None)
+    )
     assert (failed.errors, failed.failed_at, failed.output_file_id) == (errors, T0 + 3, None)
     item = stored(header.id)
-    assert item["errors"] == {"object": "list", "data": [
-        {"code": "invalid_json_line", "message": "bad", "param": None, "line": 2}]}
+    assert item["errors"] == {
+        "object": "list",
+        "data": [{"code": "invalid_json_line", "message": "bad", "param": None, "line": 2}],
+    }
     assert "output_file_id" in item and item["output_file_id"] is None
 
 
@@ -173,10 +219,15 @@ def test_transition_to_finalizing_can_require_every_shard_done(moto_aws: Aws) ->
     batches.put(header.model_copy(update={"id": "batch_done", "shards_done": 2}))
     sealed = batches.transition("batch_done", BatchStatus.FINALIZING, changes=seal, all_shards_done=True)
     assert (sealed.status, sealed.sealed, sealed.final_status) == (
-        BatchStatus.FINALIZING, True, BatchStatus.COMPLETED)
+        BatchStatus.FINALIZING,
+        True,
+        BatchStatus.COMPLETED,
+    )
 
 
-def test_a_counted_terminal_transition_retries_conflicts(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_counted_terminal_transition_retries_conflicts(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     header = batch_header()
     batches.create_limited(header, max_active=None, max_per_minute=None)
     seen = intercept_transactions(monkeypatch, "conflict")
@@ -193,7 +244,8 @@ def test_update_needs_the_batch_and_optionally_its_status(moto_aws: Aws) -> None
     seal = BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED)
     assert batches.update(header.id, seal, status=BatchStatus.IN_PROGRESS) is None
     assert batches.update(header.id, seal, status=BatchStatus.CANCELLING) == header.model_copy(
-        update={"sealed": True, "final_status": BatchStatus.CANCELLED})
+        update={"sealed": True, "final_status": BatchStatus.CANCELLED}
+    )
     assert batches.update(header.id, BatchChanges(expires_at=T0)).expires_at == T0
     assert batches.update("batch_missing", BatchChanges(expires_at=T0)) is None
     assert "Item" not in aws.table().get_item(Key=keys.batch("batch_missing"))
@@ -207,6 +259,7 @@ def test_changes_refuse_unknown_attributes() -> None:
 
 
 # ---- listing ---------------------------------------------------------------------------------------
+
 
 def test_page_lists_an_accounts_batches_newest_first(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     made = [batch_header(created_at=T0 + n) for n in range(5)]
@@ -223,8 +276,10 @@ def test_page_lists_an_accounts_batches_newest_first(moto_aws: Aws, monkeypatch:
     assert ([h.id for h in second], more) == (newest[2:4], True)
     last, more = batches.page("acct", limit=2, after=second[-1].id)
     assert ([h.id for h in last], more) == (newest[4:], False)
-    assert batches.page("acct", limit=10) == ([h.model_copy(update={"active_counted": True})
-                                               for h in reversed(made)], False)
+    assert batches.page("acct", limit=10) == (
+        [h.model_copy(update={"active_counted": True}) for h in reversed(made)],
+        False,
+    )
     assert batches.page("nobody", limit=10) == ([], False)
 
 
@@ -244,7 +299,8 @@ def test_scan_open_finds_every_non_terminal_batch(moto_aws: Aws, monkeypatch: py
     accounts.ensure_account("acct")  # other items in the table are not batches
     calls = small_pages(monkeypatch, "scan", limit=1)
     found = sorted(batches.scan_open(), key=lambda h: h.status)
-    assert [h.status for h in found] == sorted([BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
-                                                BatchStatus.FINALIZING, BatchStatus.CANCELLING])
+    assert [h.status for h in found] == sorted(
+        [BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING, BatchStatus.CANCELLING]
+    )
     assert all(h == by_status[h.status] for h in found)
     assert len(calls) == len(by_status) + 1  # pages of one item: 8 headers and the account's settings

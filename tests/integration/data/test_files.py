@@ -7,6 +7,7 @@ import re
 from decimal import Decimal
 
 import pytest
+
 from batchinfer.core import aws
 from batchinfer.data import files, keys
 from batchinfer.data.items import FileRecord
@@ -16,20 +17,43 @@ from support.moto_env import Aws
 T0 = 1_800_000_000
 
 
-def record(file_id: str, created_at: int = T0, account: str = "acct", purpose: str = "batch",
-           **fields: object) -> FileRecord:
-    return FileRecord(**{"id": file_id, "bytes": 1234, "created_at": created_at, "filename": f"{file_id}.jsonl",
-                         "purpose": purpose, "account_id": account, "bucket": "data", "key": f"files/{file_id}",
-                         **fields})
+def record(
+    file_id: str, created_at: int = T0, account: str = "acct", purpose: str = "batch", **fields: object
+) -> FileRecord:
+    return FileRecord(
+        **{
+            "id": file_id,
+            "bytes": 1234,
+            "created_at": created_at,
+            "filename": f"{file_id}.jsonl",
+            "purpose": purpose,
+            "account_id": account,
+            "bucket": "data",
+            "key": f"files/{file_id}",
+            **fields,
+        }
+    )
 
 
 def test_put_get_delete(moto_aws: Aws) -> None:
     files.put(record("file-1"))
     item = aws.table().get_item(Key=keys.file("file-1"))["Item"]
     assert re.fullmatch(rf"{T0}#\d{{19}}#file-1", item.pop("GSI1SK"))
-    assert item == {"PK": "FILE#file-1", "SK": "META", "GSI1PK": "FILES#acct", "id": "file-1", "object": "file",
-                    "bytes": 1234, "created_at": T0, "filename": "file-1.jsonl", "purpose": "batch",
-                    "status": "processed", "account_id": "acct", "bucket": "data", "key": "files/file-1"}
+    assert item == {
+        "PK": "FILE#file-1",
+        "SK": "META",
+        "GSI1PK": "FILES#acct",
+        "id": "file-1",
+        "object": "file",
+        "bytes": 1234,
+        "created_at": T0,
+        "filename": "file-1.jsonl",
+        "purpose": "batch",
+        "status": "processed",
+        "account_id": "acct",
+        "bucket": "data",
+        "key": "files/file-1",
+    }
     assert isinstance(item["bytes"], Decimal)
     got = files.get("file-1")
     assert got == record("file-1") and type(got.bytes) is int and got.where is None

@@ -7,6 +7,7 @@ import random
 from decimal import Decimal
 
 import pytest
+
 from batchinfer.core import aws
 from batchinfer.data import batches, keys, shards
 from batchinfer.data.items import BatchChanges, ResultPart, Shard
@@ -28,14 +29,17 @@ def new_shard(n: int = 0, size: int = 5) -> Shard:
 
 
 def part(start: int, end: int) -> ResultPart:
-    return ResultPart(key=f"batches/b/results/00000-{start:06d}.jsonl", start=start, end=end, output_bytes=30,
-                      bytes=70)
+    return ResultPart(
+        key=f"batches/b/results/00000-{start:06d}.jsonl", start=start, end=end, output_bytes=30, bytes=70
+    )
 
 
 @pytest.fixture
 def running(moto_aws: Aws) -> str:
     """A running batch of one shard of 5 requests, claimed by `w1`."""
-    header = batch_header(status=BatchStatus.IN_PROGRESS, shards_total=1, request_counts=RequestCounts(total=5))
+    header = batch_header(
+        status=BatchStatus.IN_PROGRESS, shards_total=1, request_counts=RequestCounts(total=5)
+    )
     batches.put(header)
     shards.put(header.id, new_shard())
     shards.claim(header.id, 0, owner="w1", lease_seconds=60)
@@ -45,9 +49,19 @@ def running(moto_aws: Aws) -> str:
 def test_put_writes_a_pending_shard_once(moto_aws: Aws) -> None:
     assert shards.put("b", new_shard(3)) is True
     assert stored("b", 3) == {
-        "PK": "BATCH#b", "SK": "SHARD#00003", "shard": 3, "size": 5, "first_line": 16,
-        "input_key": "batches/b/shards/00003.tsv", "state": "pending", "next_index": 0, "parts": [],
-        "completed": 0, "failed": 0, "attempts": 0}
+        "PK": "BATCH#b",
+        "SK": "SHARD#00003",
+        "shard": 3,
+        "size": 5,
+        "first_line": 16,
+        "input_key": "batches/b/shards/00003.tsv",
+        "state": "pending",
+        "next_index": 0,
+        "parts": [],
+        "completed": 0,
+        "failed": 0,
+        "attempts": 0,
+    }
     shards.claim("b", 3, owner="w", lease_seconds=60)
     assert shards.put("b", new_shard(3)) is False  # a repeated prepare resets nothing
     assert stored("b", 3)["attempts"] == 1
@@ -105,11 +119,22 @@ def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
     assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, **COUNTS) is True
     shard = shards.get(running, 0)
     assert (shard.state, shard.next_index, shard.parts, shard.completed, shard.failed, shard.lease_until) == (
-        "pending", 2, [part(0, 2)], 1, 1, lease)
+        "pending",
+        2,
+        [part(0, 2)],
+        1,
+        1,
+        lease,
+    )
     header = batches.get(running)
     assert (header.request_counts, header.usage.model_dump(), header.shards_done) == (
-        RequestCounts(total=5, completed=1, failed=1), {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}, 0)
-    assert header.progress_at == shard.updated_at and lease - 60 <= shard.updated_at <= now()  # claimed at lease - 60
+        RequestCounts(total=5, completed=1, failed=1),
+        {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14},
+        0,
+    )
+    assert (
+        header.progress_at == shard.updated_at and lease - 60 <= shard.updated_at <= now()
+    )  # claimed at lease - 60
 
     # The same work again (a redelivered message): refused, nothing written.
     assert shards.commit(running, 0, part(0, 2), size=5, **COUNTS) is False
@@ -118,9 +143,19 @@ def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
     assert shards.commit(running, 0, part(2, 5), size=5, **COUNTS) is True
     done = shards.get(running, 0)
     assert (done.state, done.next_index, done.parts, done.completed, done.lease_until) == (
-        "done", 5, [part(0, 2), part(2, 5)], 2, None)
-    assert stored(running, 0)["parts"][1] == {"key": "batches/b/results/00000-000002.jsonl", "start": 2, "end": 5,
-                                              "output_bytes": 30, "bytes": 70}
+        "done",
+        5,
+        [part(0, 2), part(2, 5)],
+        2,
+        None,
+    )
+    assert stored(running, 0)["parts"][1] == {
+        "key": "batches/b/results/00000-000002.jsonl",
+        "start": 2,
+        "end": 5,
+        "output_bytes": 30,
+        "bytes": 70,
+    }
     header = batches.get(running)
     assert (header.request_counts.completed, header.usage.total_tokens, header.shards_done) == (2, 28, 1)
     assert shards.commit(running, 0, part(5, 5), size=5, **COUNTS) is False  # done
@@ -151,7 +186,9 @@ def test_commit_raises_conflicts_that_persist(running: str, monkeypatch: pytest.
     assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is True
 
 
-def test_a_failed_condition_is_an_answer_even_with_a_conflict(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_condition_is_an_answer_even_with_a_conflict(
+    running: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = intercept_transactions(monkeypatch, ["ConditionalCheckFailed", "TransactionConflict"])
     assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is False
     assert len(seen.calls) == 1 and seen.waits == []

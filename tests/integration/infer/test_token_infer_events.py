@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from support.moto_env import Aws, load_event
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+
 from batchinfer.backends import BackendError, load_registry
 from batchinfer.backends.llama_cpp import LlamaCppBackend
 from batchinfer.wire.kserve import SamplingParams

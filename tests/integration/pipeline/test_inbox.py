@@ -9,28 +9,46 @@ import json
 from typing import Any
 
 import pytest
+
 from batchinfer.core import ids
 from batchinfer.data import batches, s3
 from support.moto_env import Aws, load_event, sqs_event
 
-LINE = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
-                   "body": {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}]}})
+LINE = json.dumps(
+    {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}]},
+    }
+)
 
 
 def s3_record(bucket: str, encoded_key: str, etag: str = "0123456789abcdef") -> dict[str, Any]:
-    return {"eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
-            "eventTime": "2026-11-30T06:00:00.000Z", "eventName": "ObjectCreated:Put",
-            "s3": {"s3SchemaVersion": "1.0", "configurationId": "inbox",
-                   "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
-                   "object": {"key": encoded_key, "size": len(LINE), "eTag": etag, "sequencer": "0A1B"}}}
+    return {
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "awsRegion": "us-east-1",
+        "eventTime": "2026-11-30T06:00:00.000Z",
+        "eventName": "ObjectCreated:Put",
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "configurationId": "inbox",
+            "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
+            "object": {"key": encoded_key, "size": len(LINE), "eTag": etag, "sequencer": "0A1B"},
+        },
+    }
 
 
-@pytest.mark.parametrize(("real_key", "encoded_key"), [
-    ("inbox/q1 summary (2).jsonl", "inbox/q1+summary+%282%29.jsonl"),
-    ("inbox/a+b.jsonl", "inbox/a%2Bb.jsonl"),
-    ("inbox/café.jsonl", "inbox/caf%C3%A9.jsonl"),
-    ("inbox/pct%2Fname.jsonl", "inbox/pct%252Fname.jsonl"),
-])
+@pytest.mark.parametrize(
+    ("real_key", "encoded_key"),
+    [
+        ("inbox/q1 summary (2).jsonl", "inbox/q1+summary+%282%29.jsonl"),
+        ("inbox/a+b.jsonl", "inbox/a%2Bb.jsonl"),
+        ("inbox/café.jsonl", "inbox/caf%C3%A9.jsonl"),
+        ("inbox/pct%2Fname.jsonl", "inbox/pct%252Fname.jsonl"),
+    ],
+)
 def test_keys_are_decoded_exactly_once(moto_aws: Aws, real_key: str, encoded_key: str) -> None:
     s3.put_bytes(moto_aws.bucket, real_key, LINE.encode())
     event = sqs_event([{"Records": [s3_record(moto_aws.bucket, encoded_key)]}])
@@ -40,14 +58,18 @@ def test_keys_are_decoded_exactly_once(moto_aws: Aws, real_key: str, encoded_key
     assert (header.input_key, header.status) == (real_key, "validating")
     assert header.output_prefix == "outbox/" + real_key.removeprefix("inbox/").removesuffix(".jsonl") + "/"
     # prepare can read the object under that key
-    assert moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue"))) == {"batchItemFailures": []}
+    assert moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue"))) == {
+        "batchItemFailures": []
+    }
     assert batches.get(batch_id).status == "in_progress"
 
 
 def test_one_event_with_two_records_starts_two_batches_and_repeats_start_none(moto_aws: Aws) -> None:
     for key in ("inbox/x.jsonl", "inbox/y.jsonl"):
         s3.put_bytes(moto_aws.bucket, key, LINE.encode())
-    body = {"Records": [s3_record(moto_aws.bucket, "inbox/x.jsonl"), s3_record(moto_aws.bucket, "inbox/y.jsonl")]}
+    body = {
+        "Records": [s3_record(moto_aws.bucket, "inbox/x.jsonl"), s3_record(moto_aws.bucket, "inbox/y.jsonl")]
+    }
     for _ in range(2):  # the same notification delivered twice
         assert moto_aws.invoke("UploadTriggerFunction", sqs_event([body])) == {"batchItemFailures": []}
     found, _ = batches.page("default", limit=10, after=None)
@@ -57,16 +79,21 @@ def test_one_event_with_two_records_starts_two_batches_and_repeats_start_none(mo
 def test_other_keys_and_the_test_event_are_ignored(moto_aws: Aws) -> None:
     test_event = {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": moto_aws.bucket}
     other = {"Records": [s3_record(moto_aws.bucket, "outbox/x/output.jsonl")]}
-    assert moto_aws.invoke("UploadTriggerFunction", sqs_event([test_event, other])) == {"batchItemFailures": []}
+    assert moto_aws.invoke("UploadTriggerFunction", sqs_event([test_event, other])) == {
+        "batchItemFailures": []
+    }
     assert batches.page("default", limit=10, after=None) == ([], False)
 
 
 def test_a_missing_object_fails_its_batch_once(moto_aws: Aws) -> None:
     event = load_event("upload-trigger.json")  # names inbox/q1 summary (2).jsonl, which is not there
     event["Records"][0]["body"] = event["Records"][0]["body"].replace(
-        "batchinfer-123456789012-us-east-1-data", moto_aws.bucket)
+        "batchinfer-123456789012-us-east-1-data", moto_aws.bucket
+    )
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
-    assert moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue"))) == {"batchItemFailures": []}
+    assert moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue"))) == {
+        "batchItemFailures": []
+    }
     [batch], _ = batches.page("default", limit=10, after=None)
     assert (batch.input_key, batch.status) == ("inbox/q1 summary (2).jsonl", "failed")
     assert batch.errors.data[0].code == "input_file_unavailable"

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
+
 from batchinfer.core import aws, ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches
@@ -42,8 +43,11 @@ def _free_port() -> int:
 @pytest.fixture
 def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -57,8 +61,12 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
                 time.sleep(0.2)
         for key in [k for k in os.environ if k.startswith("AWS_")]:
             monkeypatch.delenv(key)
-        for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        for key, value in {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
             monkeypatch.setenv(key, value)
         template = load_template(DEFAULT_TEMPLATE)
         resolver = Resolver(template, {})
@@ -66,7 +74,9 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             if resource.get("Type") == "AWS::Serverless::HttpApi":
                 resolver.add_resource(logical_id, logical_id)
         create_resources(template, resolver, {n: boto3.client(n) for n in ("sqs", "dynamodb", "s3")})
-        for key, value in merged_environment(function_specs(template, DEFAULT_TEMPLATE.parent, resolver)).items():
+        for key, value in merged_environment(
+            function_specs(template, DEFAULT_TEMPLATE.parent, resolver)
+        ).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("MAX_REQUESTS_PER_FILE", str(LINES))
         for cached in (aws._session, aws._client, aws._table, get_settings):
@@ -82,9 +92,21 @@ def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def _lines() -> Iterator[bytes]:
     padding = "x" * 900  # ~1 KB lines: the file is far bigger than the bound
     for i in range(LINES):
-        yield json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
-                          "body": {"model": "smollm2-135m-instruct", "max_tokens": 8,
-                                   "messages": [{"role": "user", "content": f"{i} {padding}"}]}}).encode() + b"\n"
+        yield (
+            json.dumps(
+                {
+                    "custom_id": f"req-{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {
+                        "model": "smollm2-135m-instruct",
+                        "max_tokens": 8,
+                        "messages": [{"role": "user", "content": f"{i} {padding}"}],
+                    },
+                }
+            ).encode()
+            + b"\n"
+        )
 
 
 def test_prepare_of_100k_lines_stays_under_a_fixed_bound(moto_server: str) -> None:
@@ -92,8 +114,15 @@ def test_prepare_of_100k_lines_stays_under_a_fixed_bound(moto_server: str) -> No
     bucket = get_settings().bucket_name
     size = upload_stream(bucket, "files/big", _lines())
     batch_id = ids.new_batch_id()
-    intake.create_batch(batch_id=batch_id, account_id="default", input_file_id="file-big", input_bucket=bucket,
-                        input_key="files/big", endpoint="/v1/chat/completions", completion_window="24h")
+    intake.create_batch(
+        batch_id=batch_id,
+        account_id="default",
+        input_file_id="file-big",
+        input_bucket=bucket,
+        input_key="files/big",
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
 
     # When prepare runs, with every Python allocation traced
     tracemalloc.start()

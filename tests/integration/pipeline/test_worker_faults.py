@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
 from batchinfer.core import chaos, ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
@@ -23,9 +24,19 @@ pytestmark = pytest.mark.model
 
 
 def chat_line(custom_id: str) -> str:
-    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-                       "body": {"model": "smollm2-135m-instruct", "max_tokens": 2, "temperature": 0,
-                                "messages": [{"role": "user", "content": f"Say {custom_id}."}]}})
+    return json.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "smollm2-135m-instruct",
+                "max_tokens": 2,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": f"Say {custom_id}."}],
+            },
+        }
+    )
 
 
 @pytest.fixture
@@ -52,8 +63,15 @@ def start(aws: Aws, monkeypatch: pytest.MonkeyPatch, n: int = 5, **env: str) -> 
     get_settings.cache_clear()
     s3.put_bytes(aws.bucket, "files/in", "".join(chat_line(f"r{i}") + "\n" for i in range(n)).encode())
     batch_id = ids.new_batch_id()
-    intake.create_batch(batch_id=batch_id, account_id="default", input_file_id="f", input_bucket=aws.bucket,
-                        input_key="files/in", endpoint="/v1/chat/completions", completion_window="24h")
+    intake.create_batch(
+        batch_id=batch_id,
+        account_id="default",
+        input_file_id="f",
+        input_bucket=aws.bucket,
+        input_key="files/in",
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
     aws.invoke("PrepareFunction", sqs_event(aws.messages("PrepareQueue")))
     [message] = aws.messages("ShardsQueue")
     return batch_id, message
@@ -86,8 +104,9 @@ def output_ids(header: BatchHeader) -> list[str]:
     return [json.loads(line)["custom_id"] for line in s3.get_bytes(item.bucket, item.key).splitlines()]
 
 
-def test_dies_after_writing_results_before_recording_them(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
-                                                         calls: list[str]) -> None:
+def test_dies_after_writing_results_before_recording_them(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
     batch_id, message = start(moto_aws, monkeypatch)
     crash(monkeypatch, "crash_before_commit", on_call=1)
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # the invocation dies: SQS redelivers
@@ -101,12 +120,15 @@ def test_dies_after_writing_results_before_recording_them(moto_aws: Aws, monkeyp
     assert len(calls) == 5  # the written results were committed, not asked for again
     assert s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) == written
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 5, "completed": 5, "failed": 0})
+        "completed",
+        {"total": 5, "completed": 5, "failed": 0},
+    )
     assert output_ids(header) == [f"r{i}" for i in range(5)]
 
 
-def test_a_commit_that_keeps_conflicting_fails_the_invocation(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
-                                                              calls: list[str]) -> None:
+def test_a_commit_that_keeps_conflicting_fails_the_invocation(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
     batch_id, message = start(moto_aws, monkeypatch)
     seen = intercept_transactions(monkeypatch, *["conflict"] * CONFLICT_ATTEMPTS)
     with pytest.raises(BatchProcessingError, match="TransactionConflict"):  # SQS redelivers: never "counted"
@@ -118,10 +140,14 @@ def test_a_commit_that_keeps_conflicting_fails_the_invocation(moto_aws: Aws, mon
 
     assert len(calls) == 5  # the redelivery committed the written results, not asked for again
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 5, "completed": 5, "failed": 0})
+        "completed",
+        {"total": 5, "completed": 5, "failed": 0},
+    )
 
 
-def test_dies_halfway_through_a_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
+def test_dies_halfway_through_a_shard(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
     # Checkpoint after every request, die after the second checkpoint.
     batch_id, message = start(moto_aws, monkeypatch, CHECKPOINT_SECONDS="0.001", WORKER_CONCURRENCY="1")
     crash(monkeypatch, "crash_after_commit", on_call=2)
@@ -135,16 +161,20 @@ def test_dies_halfway_through_a_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyP
     shard = shards.get(batch_id, 0)
     assert [(p.start, p.end) for p in shard.parts] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 5, "completed": 5, "failed": 0})
+        "completed",
+        {"total": 5, "completed": 5, "failed": 0},
+    )
     assert output_ids(header) == [f"r{i}" for i in range(5)]
 
 
-def test_time_limit_commits_what_finished_and_continues(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
-                                                        calls: list[str]) -> None:
+def test_time_limit_commits_what_finished_and_continues(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
     batch_id, message = start(moto_aws, monkeypatch, WORKER_CONCURRENCY="1")
     # The invocation's time runs short as soon as the first request has been sent.
-    outcome = worker.process_shard(worker.sqs.ShardMessage(**message), owner="first",
-                                   time_left_ms=lambda: 0 if calls else 10**9)
+    outcome = worker.process_shard(
+        worker.sqs.ShardMessage(**message), owner="first", time_left_ms=lambda: 0 if calls else 10**9
+    )
     assert outcome == "continued"
     assert shards.get(batch_id, 0).next_index == 1
     [continuation] = moto_aws.messages("ShardsQueue")
@@ -154,12 +184,15 @@ def test_time_limit_commits_what_finished_and_continues(moto_aws: Aws, monkeypat
     header = batches.get(batch_id)
     assert sorted(calls) == [f"Say r{i}." for i in range(5)]
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 5, "completed": 5, "failed": 0})
+        "completed",
+        {"total": 5, "completed": 5, "failed": 0},
+    )
     assert output_ids(header) == [f"r{i}" for i in range(5)]
 
 
-def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
-                                                                  calls: list[str]) -> None:
+def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
     _, message = start(moto_aws, monkeypatch, MAX_SHARD_ATTEMPTS="1")
     crash(monkeypatch, "crash_before_commit", on_call=1)
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # attempt 1 dies
@@ -168,15 +201,19 @@ def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(moto_aws: Aws
     header = finish(moto_aws, message)  # attempt 2 > MAX_SHARD_ATTEMPTS
     assert len(calls) == 5
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 5, "completed": 0, "failed": 5})
+        "completed",
+        {"total": 5, "completed": 0, "failed": 5},
+    )
     item = files.get(header.error_file_id)
     lines = [json.loads(line) for line in s3.get_bytes(item.bucket, item.key).splitlines()]
     assert [(line["custom_id"], line["response"], line["error"]["code"]) for line in lines] == [
-        (f"r{i}", None, "processing_failed") for i in range(5)]
+        (f"r{i}", None, "processing_failed") for i in range(5)
+    ]
 
 
-def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch,
-                                                              calls: list[str]) -> None:
+def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
     # Given a shard whose message never gets processed (say every delivery died and it sits in the DLQ)
     batch_id, _ = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
     time.sleep(1.1)
@@ -191,7 +228,9 @@ def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(moto_aws: Aws, mon
     header = batches.get(batch_id)
     assert calls == []
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 5, "completed": 0, "failed": 5})
+        "completed",
+        {"total": 5, "completed": 0, "failed": 5},
+    )
     item = files.get(header.error_file_id)
     lines = [json.loads(line) for line in s3.get_bytes(item.bucket, item.key).splitlines()]
     assert {line["error"]["code"] for line in lines} == {"processing_failed"}

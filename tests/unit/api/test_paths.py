@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from batchinfer.api.auth import bearer_token
 from batchinfer.api.errors import documented
 from batchinfer.data.accounts import hash_key, new_secret
@@ -10,34 +11,74 @@ from batchinfer.data.items import Account
 from batchinfer.data.locations import InvalidPath, Location, located, parse
 
 
-@pytest.mark.parametrize("uri, scheme, prefix, expected", [
-    ("s3://bucket-1/in/batch.jsonl", "s3", False, Location("s3", "bucket-1", "in/batch.jsonl")),
-    ("s3://my.dotted.bucket/a b/c.jsonl", "s3", False, Location("s3", "my.dotted.bucket", "a b/c.jsonl")),
-    ("s3://bucket-1/results", "s3", True, Location("s3", "bucket-1", "results/")),
-    ("s3://bucket-1/results/", "s3", True, Location("s3", "bucket-1", "results/")),
-    ("s3://bucket-1", "s3", True, Location("s3", "bucket-1", "")),
-    ("cos://data-1250000000.ap-guangzhou/in.jsonl", "cos", False,
-     Location("cos", "data-1250000000", "in.jsonl", "ap-guangzhou")),
-    ("cos://data-1250000000.ap-guangzhou/out", "cos", True, Location("cos", "data-1250000000", "out/", "ap-guangzhou")),
-])
+@pytest.mark.parametrize(
+    "uri, scheme, prefix, expected",
+    [
+        ("s3://bucket-1/in/batch.jsonl", "s3", False, Location("s3", "bucket-1", "in/batch.jsonl")),
+        ("s3://my.dotted.bucket/a b/c.jsonl", "s3", False, Location("s3", "my.dotted.bucket", "a b/c.jsonl")),
+        ("s3://bucket-1/results", "s3", True, Location("s3", "bucket-1", "results/")),
+        ("s3://bucket-1/results/", "s3", True, Location("s3", "bucket-1", "results/")),
+        ("s3://bucket-1", "s3", True, Location("s3", "bucket-1", "")),
+        (
+            "cos://data-1250000000.ap-guangzhou/in.jsonl",
+            "cos",
+            False,
+            Location("cos", "data-1250000000", "in.jsonl", "ap-guangzhou"),
+        ),
+        (
+            "cos://data-1250000000.ap-guangzhou/out",
+            "cos",
+            True,
+            Location("cos", "data-1250000000", "out/", "ap-guangzhou"),
+        ),
+    ],
+)
 def test_valid_paths(uri: str, scheme: str, prefix: bool, expected: Location) -> None:
     assert parse(uri, scheme, prefix=prefix) == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("uri, scheme, prefix, message", [
-    ("s3:/bucket/key", "s3", False, "expected a s3:// path such as 's3://bucket/key', got 's3:/bucket/key'"),
-    ("cos://b.r/key", "s3", False, "expected a s3:// path such as 's3://bucket/key', got 'cos://b.r/key'"),
-    ("s3://Bucket/key", "s3", False, "'Bucket' is not a valid bucket name"),
-    ("s3://a..b/key", "s3", False, "'a..b' is not a valid bucket name"),
-    ("s3://ab/key", "s3", False, "'ab' is not a valid bucket name"),
-    ("s3://bucket/", "s3", False, "'s3://bucket/' names no object (the key is empty or ends with '/')"),
-    ("s3://bucket/dir/", "s3", False, "'s3://bucket/dir/' names no object (the key is empty or ends with '/')"),
-    ("cos://data-1250000000/in.jsonl", "cos", False,
-     "cos:// paths name the bucket and its region, 'cos://bucket.region/key'; got host 'data-1250000000'"),
-    ("cos://data.1250000000.ap/in.jsonl", "cos", False,
-     "cos:// paths name the bucket and its region, 'cos://bucket.region/key'; got host 'data.1250000000.ap'"),
-    ("s3://bucket/" + "k" * 1025, "s3", False, "the key is longer than 1024 bytes"),
-])
+@pytest.mark.parametrize(
+    "uri, scheme, prefix, message",
+    [
+        (
+            "s3:/bucket/key",
+            "s3",
+            False,
+            "expected a s3:// path such as 's3://bucket/key', got 's3:/bucket/key'",
+        ),
+        (
+            "cos://b.r/key",
+            "s3",
+            False,
+            "expected a s3:// path such as 's3://bucket/key', got 'cos://b.r/key'",
+        ),
+        ("s3://Bucket/key", "s3", False, "'Bucket' is not a valid bucket name"),
+        ("s3://a..b/key", "s3", False, "'a..b' is not a valid bucket name"),
+        ("s3://ab/key", "s3", False, "'ab' is not a valid bucket name"),
+        ("s3://bucket/", "s3", False, "'s3://bucket/' names no object (the key is empty or ends with '/')"),
+        (
+            "s3://bucket/dir/",
+            "s3",
+            False,
+            "'s3://bucket/dir/' names no object (the key is empty or ends with '/')",
+        ),
+        (
+            "cos://data-1250000000/in.jsonl",
+            "cos",
+            False,
+            "cos:// paths name the bucket and its region, 'cos://bucket.region/key'; got host "
+            "'data-1250000000'",
+        ),
+        (
+            "cos://data.1250000000.ap/in.jsonl",
+            "cos",
+            False,
+            "cos:// paths name the bucket and its region, 'cos://bucket.region/key'; got host "
+            "'data.1250000000.ap'",
+        ),
+        ("s3://bucket/" + "k" * 1025, "s3", False, "the key is longer than 1024 bytes"),
+    ],
+)
 def test_invalid_paths_say_why(uri: str, scheme: str, prefix: bool, message: str) -> None:
     with pytest.raises(InvalidPath) as error:
         parse(uri, scheme, prefix=prefix)  # type: ignore[arg-type]
@@ -48,8 +89,15 @@ def test_where_uri_and_back() -> None:
     cos = Location("cos", "data-1250000000", "out/x.jsonl", "ap-guangzhou")
     s3 = Location("s3", "bucket-1", "out/x.jsonl")
     assert (cos.where, cos.bucket_ref, cos.uri()) == (
-        "cos:ap-guangzhou", "cos://data-1250000000", "cos://data-1250000000.ap-guangzhou/out/x.jsonl")
-    assert (s3.where, s3.bucket_ref, s3.uri("other.jsonl")) == ("", "s3://bucket-1", "s3://bucket-1/other.jsonl")
+        "cos:ap-guangzhou",
+        "cos://data-1250000000",
+        "cos://data-1250000000.ap-guangzhou/out/x.jsonl",
+    )
+    assert (s3.where, s3.bucket_ref, s3.uri("other.jsonl")) == (
+        "",
+        "s3://bucket-1",
+        "s3://bucket-1/other.jsonl",
+    )
     assert located(cos.where, cos.bucket, cos.key) == cos
     assert located("", s3.bucket, s3.key) == located(None, s3.bucket, s3.key) == s3
 
@@ -61,15 +109,18 @@ def test_allowlist_keeps_s3_and_cos_apart() -> None:
     assert not account.allows("s3://shared-name-2")
 
 
-@pytest.mark.parametrize("headers, token", [
-    ({"Authorization": "Bearer sk-1"}, "sk-1"),
-    ({"authorization": "bearer  sk-1 "}, "sk-1"),
-    ({"AUTHORIZATION": "Bearer sk-1"}, "sk-1"),
-    ({"Authorization": "Basic dXNlcjpw"}, None),
-    ({"Authorization": "Bearer"}, None),
-    ({"Authorization": ""}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "headers, token",
+    [
+        ({"Authorization": "Bearer sk-1"}, "sk-1"),
+        ({"authorization": "bearer  sk-1 "}, "sk-1"),
+        ({"AUTHORIZATION": "Bearer sk-1"}, "sk-1"),
+        ({"Authorization": "Basic dXNlcjpw"}, None),
+        ({"Authorization": "Bearer"}, None),
+        ({"Authorization": ""}, None),
+        ({}, None),
+    ],
+)
 def test_bearer_token(headers: dict[str, str], token: str | None) -> None:
     assert bearer_token(headers) == token
 

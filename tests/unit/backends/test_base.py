@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from batchinfer.backends.base import BackendError, chat_request, require_utf8, unencodable_path
 
 
@@ -55,11 +56,18 @@ def test_require_utf8_raises_invalid_encoding() -> None:
             None,
             "invalid_encoding",
             "messages[0].content",
-            ("Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
-            "and is not valid Unicode text."),
+            (
+                "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
+                "and is not valid Unicode text."
+            ),
         ),
-        ({"messages": []}, None, "invalid_value", "messages",
-         "Invalid value for 'messages': List should have at least 1 item after validation, not 0."),
+        (
+            {"messages": []},
+            None,
+            "invalid_value",
+            "messages",
+            "Invalid value for 'messages': List should have at least 1 item after validation, not 0.",
+        ),
         (
             {"messages": [{"role": "user", "content": "x"}], "presence_penalty": 1},
             "Y models",
@@ -77,7 +85,13 @@ def test_chat_request_raises_a_400_with_the_code_of_the_first_problem(
 
     error = caught.value
     assert (error.status_code, error.code, error.param, error.message, error.type, error.retryable) == (
-        400, code, param, message, "invalid_request_error", False)
+        400,
+        code,
+        param,
+        message,
+        "invalid_request_error",
+        False,
+    )
 
 
 def test_chat_request_lets_penalties_pass_for_a_model_that_honours_them() -> None:

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.stub import Stubber
+
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.backends.bedrock import BedrockBackend
-from botocore.stub import Stubber
 
 MODEL_ID = "amazon.nova-micro-v1:0"
 

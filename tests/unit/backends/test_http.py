@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from batchinfer.backends.http import Answer, parse_retry_after, upstream_error
 
 
@@ -41,8 +42,11 @@ def answer(status: int, body: bytes = b"", retry_after: str | None = None) -> An
         (408, (None, None, None), (408, "server_error", None, None, True, 2.0)),
         (503, (None, None, None), (503, "server_error", None, None, True, 2.0)),
         (500, ("internal", "boom", None), (500, "internal", "boom", None, True, 2.0)),
-        (400, (None, "invalid_value", "top_k"),
-         (400, "invalid_request_error", "invalid_value", "top_k", False, None)),
+        (
+            400,
+            (None, "invalid_value", "top_k"),
+            (400, "invalid_request_error", "invalid_value", "top_k", False, None),
+        ),
         (401, ("auth", None, None), (401, "auth", None, None, False, None)),
         (302, (None, None, None), (502, "server_error", "bad_response", None, False, None)),
     ],
@@ -52,13 +56,21 @@ def test_upstream_error_keeps_the_status_and_says_what_may_be_retried(
 ) -> None:
     error_type, code, param = given
 
-    error = upstream_error(answer(status, retry_after="2"), "it failed", type=error_type, code=code,
-                           param=param)
+    error = upstream_error(
+        answer(status, retry_after="2"), "it failed", type=error_type, code=code, param=param
+    )
 
-    assert (error.status_code, error.type, error.code, error.param, error.retryable,
-            error.retry_after) == expected
-    assert error.message == ("it failed" if status != 302 else
-                             "The model server answered with unexpected HTTP 302: it failed")
+    assert (
+        error.status_code,
+        error.type,
+        error.code,
+        error.param,
+        error.retryable,
+        error.retry_after,
+    ) == expected
+    assert error.message == (
+        "it failed" if status != 302 else "The model server answered with unexpected HTTP 302: it failed"
+    )
 
 
 def test_answer_summary_is_the_body_text_or_the_status_line() -> None:

@@ -4,6 +4,7 @@ waiters, cancellation."""
 import asyncio
 
 import pytest
+
 from batchinfer.backends.limiter import AIMDLimiter, Permit
 
 
@@ -14,8 +15,9 @@ def test_starts_at_initial_clamped_to_the_bounds() -> None:
     assert AIMDLimiter(8, minimum=2, initial=0).limit == 2
 
 
-@pytest.mark.parametrize("kwargs", [{"minimum": 0}, {"minimum": 9}, {"decrease": 1.0}, {"decrease": 0.0},
-                                    {"increase": 0.0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"minimum": 0}, {"minimum": 9}, {"decrease": 1.0}, {"decrease": 0.0}, {"increase": 0.0}]
+)
 def test_rejects_impossible_settings(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         AIMDLimiter(8, **kwargs)

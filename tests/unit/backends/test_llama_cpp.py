@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from batchinfer.backends import BackendError, ModelRegistry
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -37,8 +38,10 @@ def _user(text: str = "hi") -> list[dict[str, str]]:
             400,
             "invalid_value",
             "messages[0].role",
-            ("Invalid value for 'messages[0].role': "
-            "Input should be 'system', 'developer', 'user' or 'assistant'."),
+            (
+                "Invalid value for 'messages[0].role': "
+                "Input should be 'system', 'developer', 'user' or 'assistant'."
+            ),
         ),
         (
             {"messages": [{"role": "assistant", "content": None}]},
@@ -52,8 +55,10 @@ def _user(text: str = "hi") -> list[dict[str, str]]:
             400,
             "invalid_value",
             "messages[0].content",
-            ("Invalid value for 'messages[0].content': "
-            "content part 0 is not a text part; this model accepts text only."),
+            (
+                "Invalid value for 'messages[0].content': "
+                "content part 0 is not a text part; this model accepts text only."
+            ),
         ),
         (
             {"messages": _user(), "max_tokens": 0},
@@ -102,8 +107,10 @@ def _user(text: str = "hi") -> list[dict[str, str]]:
             400,
             "invalid_encoding",
             "messages[0].content",
-            ("Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
-            "and is not valid Unicode text."),
+            (
+                "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
+                "and is not valid Unicode text."
+            ),
         ),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from batchinfer.backends import (
     LlamaCppConfig,
     ModelNotFound,
@@ -86,15 +87,22 @@ def test_packaged_gguf_is_found_without_importing_its_package() -> None:
 
 def test_remote_backends_are_built_from_their_options() -> None:
     # The backend classes themselves are tested in tests/unit/infer and tests/integration/infer.
-    registry = ModelRegistry.from_dict({"models": {
-        "nova": {"backend": "bedrock", "model_id": "amazon.nova-micro-v1:0", "region": "eu-west-1"},
-        "tokens": {"backend": "kserve_v2", "base_url": "http://127.0.0.1:9", "model": "m"},
-    }})
+    registry = ModelRegistry.from_dict(
+        {
+            "models": {
+                "nova": {"backend": "bedrock", "model_id": "amazon.nova-micro-v1:0", "region": "eu-west-1"},
+                "tokens": {"backend": "kserve_v2", "base_url": "http://127.0.0.1:9", "model": "m"},
+            }
+        }
+    )
 
     nova, tokens = registry.backend("nova"), registry.backend("tokens")
 
     assert (type(nova).__name__, nova.config.model_id, nova.config.region) == (
-        "BedrockBackend", "amazon.nova-micro-v1:0", "eu-west-1")
+        "BedrockBackend",
+        "amazon.nova-micro-v1:0",
+        "eu-west-1",
+    )
     assert (type(tokens).__name__, tokens.url) == ("KServeV2Backend", "http://127.0.0.1:9/v2/models/m/infer")
 
 
@@ -137,8 +145,10 @@ def test_unset_api_key_env_is_a_registry_error(monkeypatch: pytest.MonkeyPatch) 
     [
         (
             {"models": {"m": {"backend": "llama"}}},
-            ("models.m: Input tag 'llama' found using 'backend' does not match any of the expected tags: "
-            "'llama_cpp', 'openai', 'kserve_v2', 'bedrock'"),
+            (
+                "models.m: Input tag 'llama' found using 'backend' does not match any of the expected tags: "
+                "'llama_cpp', 'openai', 'kserve_v2', 'bedrock'"
+            ),
         ),
         (
             {"models": {"m": {"n_ctx": 1}}},
@@ -249,4 +259,5 @@ def test_the_same_name_for_another_backend_is_just_an_unknown_option() -> None:
         ModelRegistry.from_dict(document, source="models.yaml")
 
     assert str(caught.value) == (
-        "invalid model registry models.yaml: models.m.max_retries: Extra inputs are not permitted")
+        "invalid model registry models.yaml: models.m.max_retries: Extra inputs are not permitted"
+    )

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from moto import mock_aws
+
 from batchinfer.core import aws
 from batchinfer.core.settings import get_settings
-from moto import mock_aws
 
 
 @pytest.fixture
 def fresh_clients(monkeypatch: pytest.MonkeyPatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "TABLE_NAME": "t", "BUCKET_NAME": "b"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "TABLE_NAME": "t",
+        "BUCKET_NAME": "b",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():

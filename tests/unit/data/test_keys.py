@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from batchinfer.data import keys
 
 
@@ -31,19 +32,29 @@ def test_a_batchs_shards_share_its_partition_and_sort_in_shard_order() -> None:
 
 def test_index_keys() -> None:
     assert (keys.account_batches("acct"), keys.account_files("acct"), keys.account_keys("acct")) == (
-        "ACCOUNT#acct", "FILES#acct", "KEYS#acct")
+        "ACCOUNT#acct",
+        "FILES#acct",
+        "KEYS#acct",
+    )
     assert keys.key_order(1_800_000_000, "key_1") == "1800000000#key_1"
     assert keys.key_order(5, "key_1") == "0000000005#key_1"
     assert re.fullmatch(r"0000000005#\d{19}#batch_1", keys.creation_order(5, "batch_1"))
     assert keys.indexed({"PK": "FILE#f", "SK": "META"}, "FILES#a", "0000000005#x") == {
-        "PK": "FILE#f", "SK": "META", "GSI1PK": "FILES#a", "GSI1SK": "0000000005#x"}
+        "PK": "FILE#f",
+        "SK": "META",
+        "GSI1PK": "FILES#a",
+        "GSI1SK": "0000000005#x",
+    }
 
 
 def test_creation_order_sorts_by_second_then_by_write_time(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([1_800_000_000_000_000_001, 1_800_000_000_000_000_002, 1_799_999_999_000_000_000])
     monkeypatch.setattr(keys.time, "time_ns", lambda: next(clock))
-    first, second, third = (keys.creation_order(100, "z"), keys.creation_order(100, "a"),
-                            keys.creation_order(101, "a"))
+    first, second, third = (
+        keys.creation_order(100, "z"),
+        keys.creation_order(100, "a"),
+        keys.creation_order(101, "a"),
+    )
     assert first == "0000000100#1800000000000000001#z"
     # Within one second the later write sorts later whatever its id; a later second sorts later still.
     assert first < second < third

@@ -34,7 +34,9 @@ TEMPLATE: dict[str, Any] = {
 @pytest.fixture
 def resolver() -> Resolver:
     resolver = Resolver(TEMPLATE)
-    resolver.add_resource("Queue", "https://queue/url", Arn="arn:aws:sqs:us-east-1:123456789012:q", QueueName="q")
+    resolver.add_resource(
+        "Queue", "https://queue/url", Arn="arn:aws:sqs:us-east-1:123456789012:q", QueueName="q"
+    )
     return resolver
 
 
@@ -49,7 +51,10 @@ def resolver() -> Resolver:
         ({"Ref": "Queue"}, "https://queue/url"),
         ({"Fn::GetAtt": ["Queue", "Arn"]}, "arn:aws:sqs:us-east-1:123456789012:q"),
         ({"Fn::GetAtt": "Queue.QueueName"}, "q"),
-        ({"Fn::Sub": "x-${AWS::AccountId}-${AWS::Region}-${Stage}-${Queue.QueueName}"}, "x-123456789012-us-east-1-dev-q"),
+        (
+            {"Fn::Sub": "x-${AWS::AccountId}-${AWS::Region}-${Stage}-${Queue.QueueName}"},
+            "x-123456789012-us-east-1-dev-q",
+        ),
         ({"Fn::Sub": ["${Greeting}, ${Stage}", {"Greeting": {"Ref": "Size"}}]}, "100, dev"),
         ({"Fn::Sub": "${!Literal}-${Stage}"}, "${Literal}-dev"),
         ({"Fn::Join": ["/", ["a", {"Ref": "Stage"}, "b"]]}, "a/dev/b"),
@@ -89,13 +94,21 @@ def test_parameter_overrides_replace_defaults() -> None:
     [
         ({"Ref": "Missing"}, "Environment.Ref: resource Missing (not declared) has no local value"),
         ({"Fn::GetAtt": ["Queue", "Nope"]}, "Environment.Fn::GetAtt: Queue has no local attribute Nope"),
-        ({"Fn::Sub": "${Missing.Arn}"}, "Environment.Fn::Sub: resource Missing (not declared) has no local value"),
+        (
+            {"Fn::Sub": "${Missing.Arn}"},
+            "Environment.Fn::Sub: resource Missing (not declared) has no local value",
+        ),
         ({"Fn::If": ["Unknown", 1, 2]}, "condition Unknown is not declared"),
         ({"Fn::Select": [5, ["a"]]}, "Environment.Fn::Select: Fn::Select index 5 out of range"),
-        ({"Fn::FindInMap": ["Sizes", "prod", "Memory"]}, "Environment.Fn::FindInMap: no mapping Sizes.prod.Memory"),
+        (
+            {"Fn::FindInMap": ["Sizes", "prod", "Memory"]},
+            "Environment.Fn::FindInMap: no mapping Sizes.prod.Memory",
+        ),
     ],
 )
-def test_unresolvable_expressions_name_their_location(resolver: Resolver, expression: Any, message: str) -> None:
+def test_unresolvable_expressions_name_their_location(
+    resolver: Resolver, expression: Any, message: str
+) -> None:
     with pytest.raises(TemplateError) as error:
         resolver.resolve(expression, "Environment")
     assert str(error.value) == message
@@ -109,9 +122,9 @@ def test_declared_but_not_emulated_resource_says_its_type() -> None:
 
 
 def test_parameter_errors() -> None:
-    with pytest.raises(TemplateError, match="^parameter overrides for undeclared parameters: Nope$"):
+    with pytest.raises(TemplateError, match=r"^parameter overrides for undeclared parameters: Nope$"):
         Resolver(TEMPLATE, {"Nope": "1"})
-    with pytest.raises(TemplateError, match="^parameter Required has no Default and no override$"):
+    with pytest.raises(TemplateError, match=r"^parameter Required has no Default and no override$"):
         Resolver({"Parameters": {"Required": {"Type": "String"}}, "Resources": {}})
 
 
@@ -138,10 +151,10 @@ def test_load_template_turns_short_form_tags_into_long_form(tmp_path: Path) -> N
 
 
 def test_load_template_errors(tmp_path: Path) -> None:
-    with pytest.raises(TemplateError, match="^template not found: "):
+    with pytest.raises(TemplateError, match=r"^template not found: "):
         load_template(tmp_path / "missing.yaml")
     (tmp_path / "empty.yaml").write_text("Description: nothing\n")
-    with pytest.raises(TemplateError, match="has no Resources section$"):
+    with pytest.raises(TemplateError, match=r"has no Resources section$"):
         load_template(tmp_path / "empty.yaml")
 
 
@@ -158,9 +171,17 @@ def test_globals_merge_like_sam() -> None:
         "Resources": {
             "Zip": {
                 "Type": "AWS::Serverless::Function",
-                "Properties": {"Timeout": 900, "Layers": [{"Ref": "L2"}], "Environment": {"Variables": {"B": "own"}}},
+                "Properties": {
+                    "Timeout": 900,
+                    "Layers": [{"Ref": "L2"}],
+                    "Environment": {"Variables": {"B": "own"}},
+                },
             },
-            "Image": {"Type": "AWS::Serverless::Function", "IgnoreGlobals": ["Runtime"], "Properties": {"PackageType": "Image"}},
+            "Image": {
+                "Type": "AWS::Serverless::Function",
+                "IgnoreGlobals": ["Runtime"],
+                "Properties": {"PackageType": "Image"},
+            },
         },
     }
     assert merge_function_globals(template, "Zip") == {
@@ -175,5 +196,5 @@ def test_globals_merge_like_sam() -> None:
         "Layers": [{"Ref": "L1"}],
         "Environment": {"Variables": {"A": "global", "B": "global"}},
     }
-    with pytest.raises(TemplateError, match="^Nope is not an AWS::Serverless::Function$"):
+    with pytest.raises(TemplateError, match=r"^Nope is not an AWS::Serverless::Function$"):
         merge_function_globals(template, "Nope")

@@ -5,6 +5,7 @@ import json
 from typing import Any
 
 import pytest
+
 from batchinfer.backends.base import BackendError
 from batchinfer.pipeline import worker
 from batchinfer.pipeline.worker import Outcome, Request, parse_shard, render, run_requests
@@ -28,8 +29,12 @@ class ScriptedBackend:
             await asyncio.sleep(self.delay)
             if self.failures.get(prompt):
                 raise self.failures[prompt].pop(0)
-            return {"id": f"chatcmpl-{prompt}", "object": "chat.completion", "choices": [],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+            return {
+                "id": f"chatcmpl-{prompt}",
+                "object": "chat.completion",
+                "choices": [],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
         finally:
             self.in_flight -= 1
 
@@ -51,8 +56,11 @@ def test_parse_shard_keeps_line_numbers_and_u2028() -> None:
 
 def test_concurrency_is_bounded_and_order_kept() -> None:
     backend = ScriptedBackend(delay=0.01)
-    outcomes = asyncio.run(run_requests(backend, _requests(20), "batch_x", concurrency=4,
-                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    outcomes = asyncio.run(
+        run_requests(
+            backend, _requests(20), "batch_x", concurrency=4, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
     assert backend.peak == 4
     assert [o.request.custom_id for o in outcomes] == [f"c{i}" for i in range(20)]
     assert all(o.status_code == 200 for o in outcomes)
@@ -66,8 +74,11 @@ def test_stops_launching_near_the_time_limit() -> None:
         return 10_000 if len(backend.calls) < 3 else 100
 
     # When 10 requests run, with started ones waiting for a permit while others are in flight
-    outcomes = asyncio.run(run_requests(backend, _requests(10), "batch_x", concurrency=1,
-                                        time_left_ms=time_left_ms, reserve_ms=1_000))
+    outcomes = asyncio.run(
+        run_requests(
+            backend, _requests(10), "batch_x", concurrency=1, time_left_ms=time_left_ms, reserve_ms=1_000
+        )
+    )
 
     # Then the 3 sent ones are the outcomes, and nothing else reached the backend
     assert [o.request.custom_id for o in outcomes] == ["c0", "c1", "c2"]
@@ -76,31 +87,49 @@ def test_stops_launching_near_the_time_limit() -> None:
 
 
 def test_retryable_errors_are_retried_then_recorded() -> None:
-    backend = ScriptedBackend(failures={
-        "p0": [BackendError(503, "busy", retryable=True)],
-        "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)] * worker.MAX_OVERLOADED_ATTEMPTS,
-        "p2": [BackendError(400, "bad", code="context_length_exceeded")],
-    })
-    outcomes = asyncio.run(run_requests(backend, _requests(3), "batch_x", concurrency=1,
-                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    backend = ScriptedBackend(
+        failures={
+            "p0": [BackendError(503, "busy", retryable=True)],
+            "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)]
+            * worker.MAX_OVERLOADED_ATTEMPTS,
+            "p2": [BackendError(400, "bad", code="context_length_exceeded")],
+        }
+    )
+    outcomes = asyncio.run(
+        run_requests(
+            backend, _requests(3), "batch_x", concurrency=1, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
     assert [o.status_code for o in outcomes] == [200, 429, 400]
     assert backend.calls.count("p0") == 2
     assert backend.calls.count("p1") == worker.MAX_OVERLOADED_ATTEMPTS  # overload: more, shorter waits
     assert backend.calls.count("p2") == 1  # a 4xx is the request's fault: never retried
-    assert outcomes[2].body == {"error": {"message": "bad", "type": "invalid_request_error", "param": None,
-                                          "code": "context_length_exceeded"}}
+    assert outcomes[2].body == {
+        "error": {
+            "message": "bad",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "context_length_exceeded",
+        }
+    }
 
 
 def test_lone_surrogate_is_a_per_line_400_and_never_reaches_the_backend() -> None:
     backend = ScriptedBackend()
     bad = Request(2, "e-2", {"messages": [{"role": "user", "content": "broken \ud800 here"}]})
-    outcomes = asyncio.run(run_requests(backend, [bad, *_requests(1)], "batch_x", concurrency=2,
-                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    outcomes = asyncio.run(
+        run_requests(
+            backend, [bad, *_requests(1)], "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
     assert [o.status_code for o in outcomes] == [400, 200]
     assert outcomes[0].body["error"] == {
         "message": "Invalid value at 'messages[0].content': the string contains a lone UTF-16 surrogate "
         "and is not valid Unicode text.",
-        "type": "invalid_request_error", "param": "messages[0].content", "code": "invalid_encoding"}
+        "type": "invalid_request_error",
+        "param": "messages[0].content",
+        "code": "invalid_encoding",
+    }
     assert backend.calls == ["p0"]
     assert worker.limiter_for(backend, 2).in_flight == 0  # the refused line's permit was given back
 
@@ -113,7 +142,11 @@ def test_render_puts_successes_first_and_counts_tokens() -> None:
     lines = [json.loads(line) for line in data.splitlines()]
     assert [line["custom_id"] for line in lines] == ["a", "c", "b"]
     assert data[:output_bytes].count(b"\n") == 2
-    assert lines[2]["response"] == {"status_code": 400, "request_id": "r2", "body": {"error": {"message": "m"}}}
+    assert lines[2]["response"] == {
+        "status_code": 400,
+        "request_id": "r2",
+        "body": {"error": {"message": "m"}},
+    }
     assert counts == {"completed": 2, "failed": 1, "input_tokens": 4, "output_tokens": 3}
 
 
@@ -136,8 +169,11 @@ def test_concurrency_adapts_to_the_backends_capacity() -> None:
     backend = CapacityBackend(capacity=5, delay=0.01)
 
     # When 100 requests run
-    outcomes = asyncio.run(run_requests(backend, _requests(100), "batch_x", concurrency=20,
-                                        time_left_ms=lambda: 10**9, reserve_ms=0))
+    outcomes = asyncio.run(
+        run_requests(
+            backend, _requests(100), "batch_x", concurrency=20, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
 
     # Then every request succeeded, never more than 5 at once, and the limiter settled near 5
     assert [o.status_code for o in outcomes] == [200] * 100
@@ -159,8 +195,16 @@ def test_an_overloaded_backend_is_not_retried_once_time_runs_short() -> None:
     backend = Refusing()
 
     # When one request runs with a 1 s reserve
-    outcomes = asyncio.run(run_requests(backend, _requests(1), "batch_x", concurrency=4,
-                                        time_left_ms=lambda: clock["left_ms"], reserve_ms=1_000))
+    outcomes = asyncio.run(
+        run_requests(
+            backend,
+            _requests(1),
+            "batch_x",
+            concurrency=4,
+            time_left_ms=lambda: clock["left_ms"],
+            reserve_ms=1_000,
+        )
+    )
 
     # Then it was tried once and recorded as refused
     assert backend.calls == ["p0"]
@@ -177,8 +221,11 @@ def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in
             frozen_during.append(gc.get_freeze_count())
             return await super().chat_completion(body)
 
-    asyncio.run(run_requests(Watching(), _requests(2), "batch_x", concurrency=2,
-                             time_left_ms=lambda: 10**9, reserve_ms=0))
+    asyncio.run(
+        run_requests(
+            Watching(), _requests(2), "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
 
     assert len(frozen_during) == 2 and min(frozen_during) > 0  # frozen while in flight
     assert gc.get_freeze_count() == 0  # and handed back to the collector afterwards

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.infer.service import TokenRequests
 from batchinfer.pipeline.worker import for_endpoint

@@ -10,6 +10,7 @@ import json
 from typing import NamedTuple
 
 import pytest
+
 from batchinfer.validation.file import FileValidator, RequestLine
 from batchinfer.validation.jsonl import iter_physical_lines
 from support.cases import CASES
@@ -26,7 +27,6 @@ FOLDERS = (
     "08-models",
     "12-max-tokens",
 )
-
 
 
 class Ok(NamedTuple):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from batchinfer.validation.endpoints import check_infer_body
 from batchinfer.validation.errors import LineError
 from support.token_cases import CASE_ERRORS, CASES, NEEDS_THE_MODEL

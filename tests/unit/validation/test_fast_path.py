@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchinfer.validation.file import _PLAIN_ENVELOPE_FIELDS, FileValidator, _Envelope
-from batchinfer.validation.jsonl import iter_physical_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from batchinfer.validation.file import _PLAIN_ENVELOPE_FIELDS, FileValidator, _Envelope
+from batchinfer.validation.jsonl import iter_physical_lines
 from support.cases import CASES
 from support.chat_bodies import BODIES, MODEL
 
@@ -26,8 +27,12 @@ def _run(data: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list
     with monkeypatch.context() as patch:
         if not fast:
             patch.setattr(FileValidator, "_feed_plain", lambda self, line: None)
-        validator = FileValidator("/v1/chat/completions", {MODEL}.__contains__, max_requests=40, max_errors=30)
-        reader = iter_physical_lines((data[i:i + 7] for i in range(0, len(data), 7)), validator.max_line_bytes)
+        validator = FileValidator(
+            "/v1/chat/completions", {MODEL}.__contains__, max_requests=40, max_errors=30
+        )
+        reader = iter_physical_lines(
+            (data[i : i + 7] for i in range(0, len(data), 7)), validator.max_line_bytes
+        )
         requests = [r for line in reader if (r := validator.feed(line)) is not None]
         validator.finish(reader.bytes_read)
     return requests, validator.errors, validator.error_count
@@ -38,18 +43,28 @@ def _case_files() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _case_files(), ids=lambda p: str(p.relative_to(CASES)))
-def test_the_fast_path_decides_every_case_file_like_the_full_checks(path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fast_path_decides_every_case_file_like_the_full_checks(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = path.read_bytes()
     assert _run(data, True, monkeypatch) == _run(data, False, monkeypatch)
 
 
-LINES = st.lists(st.one_of(
-    st.builds(lambda cid, body, method, url: json.dumps(
-        {"custom_id": cid, "method": method, "url": url, "body": body}, allow_nan=True),
-        st.sampled_from(["a", "b", "c", "", 5]), BODIES, st.sampled_from(["POST", "GET"]),
-        st.sampled_from(["/v1/chat/completions", "/v1/embeddings"])),
-    st.sampled_from(["", "{", "[1]", '{"custom_id": "z", "url": 1}'])), max_size=12)
+LINES = st.lists(
+    st.one_of(
+        st.builds(
+            lambda cid, body, method, url: json.dumps(
+                {"custom_id": cid, "method": method, "url": url, "body": body}, allow_nan=True
+            ),
+            st.sampled_from(["a", "b", "c", "", 5]),
+            BODIES,
+            st.sampled_from(["POST", "GET"]),
+            st.sampled_from(["/v1/chat/completions", "/v1/embeddings"]),
+        ),
+        st.sampled_from(["", "{", "[1]", '{"custom_id": "z", "url": 1}']),
+    ),
+    max_size=12,
+)
 
 
 @settings(max_examples=300, deadline=None)

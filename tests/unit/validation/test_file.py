@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from batchinfer.validation.endpoints import ENDPOINTS, Endpoint
 from batchinfer.validation.file import FileValidator, LineError, RequestLine
 from batchinfer.validation.jsonl import PhysicalLine
@@ -197,20 +198,29 @@ def test_raw_nul_byte_on_a_later_line_is_invalid_json_not_a_file_encoding() -> N
         ),
         (
             "[1]" * 1,
-            ("Line 1 is a JSON array, not an object; each line must be one request object "
-            '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.'),
+            (
+                "Line 1 is a JSON array, not an object; each line must be one request object "
+                '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.'
+            ),
         ),
         (
             '"text"',
-            ("Line 1 is a JSON string, not an object; each line must be one request object "
-            '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.'),
+            (
+                "Line 1 is a JSON string, not an object; each line must be one request object "
+                '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.'
+            ),
         ),
         (
             "null",
-            ("Line 1 is a JSON null, not an object; each line must be one request object "
-            '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.'),
+            (
+                "Line 1 is a JSON null, not an object; each line must be one request object "
+                '{"custom_id": ..., "method": "POST", "url": ..., "body": {...}}.'
+            ),
         ),
-        ("[" * 100_000 + "]" * 100_000, "Line 1 is not valid JSON: it is nested too deeply (more than 128 levels)."),
+        (
+            "[" * 100_000 + "]" * 100_000,
+            "Line 1 is not valid JSON: it is nested too deeply (more than 128 levels).",
+        ),
     ],
 )
 def test_invalid_json_line(line: str, message: str) -> None:
@@ -495,32 +505,45 @@ def test_valid_sampling_parameters_pass(field: str, value: Any) -> None:
     [
         (
             [],
-            ("Line 1: body.messages must be a non-empty array of messages, each an object with a role and a "
-            "content, got array []."),
+            (
+                "Line 1: body.messages must be a non-empty array of messages, each an object with a role "
+                "and a "
+                "content, got array []."
+            ),
         ),
         (
             "Hi",
-            ("Line 1: body.messages must be a non-empty array of messages, each an object with a role and a "
-            'content, got string "Hi".'),
+            (
+                "Line 1: body.messages must be a non-empty array of messages, each an object with a role "
+                "and a "
+                'content, got string "Hi".'
+            ),
         ),
         (["Hi"], 'Line 1: invalid body.messages[0]: must be an object; got string "Hi".'),
         ([{"content": "Hi"}], "Line 1: body.messages[0].role is missing."),
         ([{"role": "user"}], "Line 1: body.messages[0].content is missing."),
         (
             [{"role": "usr", "content": "Hi"}],
-            ("Line 1: invalid body.messages[0].role: Input should be 'system', 'developer', 'user', "
-            "'assistant', "
-            "'tool' or 'function'; got string \"usr\"."),
+            (
+                "Line 1: invalid body.messages[0].role: Input should be 'system', 'developer', 'user', "
+                "'assistant', "
+                "'tool' or 'function'; got string \"usr\"."
+            ),
         ),
         (
             [{"role": "user", "content": 5}],
-            ("Line 1: invalid body.messages[0].content: content must be a string or an array of content parts "
-            '{"type": ...}; got integer 5.'),
+            (
+                "Line 1: invalid body.messages[0].content: content must be a string or an array of "
+                "content parts "
+                '{"type": ...}; got integer 5.'
+            ),
         ),
         (
             [{"role": "user", "content": "a"}, {"role": "user", "content": None}],
-            ("Line 1: invalid body.messages[1]: content may be null only in an assistant message, "
-            'not in a user one; got object {"role": "user", "content": null}.'),
+            (
+                "Line 1: invalid body.messages[1]: content may be null only in an assistant message, "
+                'not in a user one; got object {"role": "user", "content": null}.'
+            ),
         ),
     ],
 )
@@ -624,8 +647,10 @@ def test_model_must_be_a_non_empty_string(model: Any, shown: str) -> None:
 
 
 def _infer_line(custom_id: str, model: str = MODEL) -> dict[str, Any]:
-    body = {"inputs": [{"name": "input0", "shape": [1, 2], "datatype": "UINT32", "data": [1, 2]}],
-            "outputs": [{"name": "output0"}]}
+    body = {
+        "inputs": [{"name": "input0", "shape": [1, 2], "datatype": "UINT32", "data": [1, 2]}],
+        "outputs": [{"name": "output0"}],
+    }
     return {"custom_id": custom_id, "method": "POST", "url": f"/v2/models/{model}/infer", "body": body}
 
 

@@ -16,10 +16,11 @@ import itertools
 import json
 from typing import Any
 
-from batchinfer.validation.file import ErrorCode, FileValidator, LineError, RequestLine
-from batchinfer.validation.jsonl import UTF8_BOM, iter_physical_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from batchinfer.validation.file import ErrorCode, FileValidator, LineError, RequestLine
+from batchinfer.validation.jsonl import UTF8_BOM, iter_physical_lines
 
 MODEL = "smollm2-135m-instruct"
 CHAT = "/v1/chat/completions"

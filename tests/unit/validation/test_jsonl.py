@@ -7,9 +7,10 @@ import tracemalloc
 from collections.abc import Iterator
 
 import pytest
-from batchinfer.validation.jsonl import UTF8_BOM, PhysicalLine, iter_physical_lines
 from hypothesis import given
 from hypothesis import strategies as st
+
+from batchinfer.validation.jsonl import UTF8_BOM, PhysicalLine, iter_physical_lines
 
 
 def _lines(data: bytes, limit: int = 1000, chunk: int | None = None) -> list[PhysicalLine]:

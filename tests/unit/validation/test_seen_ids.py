@@ -43,9 +43,17 @@ def test_seen_ids_keep_ids_that_differ_only_in_case_whitespace_or_surrogates_apa
 
 
 def test_duplicates_far_apart_in_a_large_file_name_the_first_line() -> None:
-    lines = [json.dumps({"custom_id": f"r-{i}", "method": "POST", "url": "/v1/chat/completions",
-                         "body": {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}})
-             for i in range(20_000)]
+    lines = [
+        json.dumps(
+            {
+                "custom_id": f"r-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]},
+            }
+        )
+        for i in range(20_000)
+    ]
     lines.append(lines[3])
     validator = FileValidator("/v1/chat/completions", {MODEL}.__contains__)
     requests = list(validator.validate_stream([("\n".join(lines) + "\n").encode()]))

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from pydantic import ValidationError
+
 from batchinfer.wire.chat import (
     PLAIN_CHAT_FIELDS,
     PLAIN_MESSAGE_FIELDS,
@@ -17,8 +20,6 @@ from batchinfer.wire.chat import (
     plain_chat_body,
     read_chat_request,
 )
-from hypothesis import given, settings
-from pydantic import ValidationError
 from support.chat_bodies import BODIES
 
 USER = [{"role": "user", "content": "Hi"}]
@@ -32,7 +33,25 @@ def test_the_fast_path_checks_every_field_of_the_schema() -> None:
 
 
 # Values of every JSON type, odd numbers included: for each field, the schema refuses some of them.
-ODD_VALUES = [None, True, False, 0, -1, 2, 2**70, 0.5, 3.5, float("nan"), "", "x", [], ["a"] * 5, [1], {}, {"a": 1}]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    2,
+    2**70,
+    0.5,
+    3.5,
+    float("nan"),
+    "",
+    "x",
+    [],
+    ["a"] * 5,
+    [1],
+    {},
+    {"a": 1},
+]
 
 
 @pytest.mark.parametrize("field", sorted(ChatCompletionBody.model_fields))
@@ -61,8 +80,7 @@ def test_a_body_the_fast_check_accepts_is_one_the_model_accepts(body: dict[str, 
 
 
 def test_the_fast_check_accepts_a_plain_body_and_refuses_what_it_does_not_know() -> None:
-    plain = {"model": "m", "messages": USER, "max_tokens": 5, "temperature": 0.5, "stop": ["a"],
-             "seed": 1}
+    plain = {"model": "m", "messages": USER, "max_tokens": 5, "temperature": 0.5, "stop": ["a"], "seed": 1}
 
     assert plain_chat_body(plain) is True
     assert plain_chat_body({**plain, "max_tokens": True}) is False
@@ -79,8 +97,12 @@ def test_the_backends_view_is_derived_from_the_schema() -> None:
 def test_a_text_request_is_read_with_text_parts_joined() -> None:
     parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     request = read_chat_request(
-        {"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": parts}],
-         "stop": "x", "presence_penalty": 0.5, "response_format": {"type": "json_object"}}
+        {
+            "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": parts}],
+            "stop": "x",
+            "presence_penalty": 0.5,
+            "response_format": {"type": "json_object"},
+        }
     )
 
     assert [(m.role, m.content) for m in request.messages] == [("developer", "Be brief."), ("user", "a\nb")]
@@ -164,19 +186,24 @@ def test_a_request_a_text_model_cannot_serve_is_refused_with_openai_codes(
         ),
     ],
 )
-def test_only_plain_sampling_refuses_penalties_and_json_mode(extra: dict[str, Any], param: str,
-                                                             message: str) -> None:
+def test_only_plain_sampling_refuses_penalties_and_json_mode(
+    extra: dict[str, Any], param: str, message: str
+) -> None:
     request = read_chat_request({"messages": USER, **extra})
 
     with pytest.raises(ChatRequestError) as caught:
         request.only_plain_sampling("X models")
 
     assert (caught.value.code, caught.value.param, caught.value.message) == (
-        "unsupported_parameter", param, message)
+        "unsupported_parameter",
+        param,
+        message,
+    )
 
 
 def test_only_plain_sampling_lets_zero_penalties_and_text_format_pass() -> None:
-    request = read_chat_request({"messages": USER, "presence_penalty": 0,
-                                 "response_format": {"type": "text"}})
+    request = read_chat_request(
+        {"messages": USER, "presence_penalty": 0, "response_format": {"type": "text"}}
+    )
 
     assert request.only_plain_sampling("X models") is None

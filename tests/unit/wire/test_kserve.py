@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+
 from batchinfer.wire.kserve import (
     InferError,
     ModelLimits,
@@ -148,19 +149,25 @@ def test_id_is_echoed_or_generated() -> None:
     [
         (
             '{"inputs": NaN}',
-            ("inputs must be an array of exactly 1 input tensor, got NaN, which is not a JSON "
-            "number (RFC 8259 has no NaN or Infinity)"),
+            (
+                "inputs must be an array of exactly 1 input tensor, got NaN, which is not a JSON "
+                "number (RFC 8259 has no NaN or Infinity)"
+            ),
         ),
         (
             '{"parameters": {"temperature": Infinity}}',
-            ("parameters.temperature must be a number greater than 1e-06, "
-            "got Infinity, which is not a JSON number (RFC 8259 has no "
-            "NaN or Infinity)"),
+            (
+                "parameters.temperature must be a number greater than 1e-06, "
+                "got Infinity, which is not a JSON number (RFC 8259 has no "
+                "NaN or Infinity)"
+            ),
         ),
         (
             '{"parameters": {"top_p": -Infinity}}',
-            ("parameters.top_p must be a number in (1e-06, 1.0], got -Infinity, "
-            "which is not a JSON number (RFC 8259 has no NaN or Infinity)"),
+            (
+                "parameters.top_p must be a number in (1e-06, 1.0], got -Infinity, "
+                "which is not a JSON number (RFC 8259 has no NaN or Infinity)"
+            ),
         ),
         ("[1, 2]", "the request body must be a JSON object, got array [1, 2]"),
         ('"x"', 'the request body must be a JSON object, got string "x"'),

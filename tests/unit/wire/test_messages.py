@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from batchinfer.wire.messages import describe, json_type, loc_path, quote, safe
 
 
@@ -45,7 +46,14 @@ def test_describe_gives_the_json_type_and_the_value_shortened(value: Any, text: 
 
 def test_json_type_names_json_types_and_else_the_python_one() -> None:
     assert [json_type(v) for v in (None, False, 0, 0.0, "", [], {}, (1,))] == [
-        "null", "boolean", "integer", "number", "string", "array", "object", "tuple",
+        "null",
+        "boolean",
+        "integer",
+        "number",
+        "string",
+        "array",
+        "object",
+        "tuple",
     ]
 
 

@@ -2,12 +2,18 @@
 
 import pytest
 
-from batchinfer.wire.status import TERMINAL, BatchStatus as S, allowed_sources, can_transition, is_terminal
+from batchinfer.wire.status import TERMINAL, allowed_sources, can_transition, is_terminal
+from batchinfer.wire.status import BatchStatus as S
 
 EDGES = {
-    (S.VALIDATING, S.IN_PROGRESS), (S.VALIDATING, S.FAILED), (S.VALIDATING, S.CANCELLING),
-    (S.IN_PROGRESS, S.FINALIZING), (S.IN_PROGRESS, S.CANCELLING),
-    (S.FINALIZING, S.COMPLETED), (S.FINALIZING, S.EXPIRED), (S.FINALIZING, S.FAILED),
+    (S.VALIDATING, S.IN_PROGRESS),
+    (S.VALIDATING, S.FAILED),
+    (S.VALIDATING, S.CANCELLING),
+    (S.IN_PROGRESS, S.FINALIZING),
+    (S.IN_PROGRESS, S.CANCELLING),
+    (S.FINALIZING, S.COMPLETED),
+    (S.FINALIZING, S.EXPIRED),
+    (S.FINALIZING, S.FAILED),
     (S.CANCELLING, S.CANCELLED),
 }
 

@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 import pytest
+
 from batchinfer.wire.strict_json import MAX_JSON_DEPTH, JsonError, JsonErrorKind, loads, nested_deeper_than
 
 # The deepest value accepted: MAX_JSON_DEPTH arrays in one another.
@@ -32,8 +33,13 @@ def test_json_parses_as_python_json_does(data: str | bytes, value: Any) -> None:
     assert loads(data) == value
 
 
-SYNTAX, ENCODING, NAN, LONG, DEEP = (JsonErrorKind.SYNTAX, JsonErrorKind.ENCODING, JsonErrorKind.NOT_A_NUMBER,
-                                     JsonErrorKind.LONG_NUMBER, JsonErrorKind.TOO_DEEP)
+SYNTAX, ENCODING, NAN, LONG, DEEP = (
+    JsonErrorKind.SYNTAX,
+    JsonErrorKind.ENCODING,
+    JsonErrorKind.NOT_A_NUMBER,
+    JsonErrorKind.LONG_NUMBER,
+    JsonErrorKind.TOO_DEEP,
+)
 BAD_BYTE = "'utf-8' codec can't decode byte 0xff in position {}: invalid start byte"
 TOO_DEEP = "nested too deeply (more than 128 levels)"
 
@@ -60,8 +66,9 @@ TOO_DEEP = "nested too deeply (more than 128 levels)"
         ("[" * 100_000 + "]" * 100_000, DEEP, TOO_DEEP, None, TOO_DEEP),  # beyond the recursion limit
     ],
 )
-def test_what_is_not_strict_json_is_a_json_error(data: str | bytes, kind: JsonErrorKind, msg: str,
-                                                 pos: int | None, text: str) -> None:
+def test_what_is_not_strict_json_is_a_json_error(
+    data: str | bytes, kind: JsonErrorKind, msg: str, pos: int | None, text: str
+) -> None:
     found = error(data)
 
     assert (found.kind, found.msg, found.pos, str(found)) == (kind, msg, pos, text)

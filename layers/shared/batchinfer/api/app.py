@@ -64,21 +64,28 @@ app.enable_swagger(path="/v1/swagger", title=TITLE, version=VERSION, servers=[Se
 
 
 @app.get("/v1/openapi.json", include_in_schema=False)
-def openapi_document():  # noqa: ANN201 - Powertools can't model a raw Response as a return type
+def openapi_document():
     """The OpenAPI 3.1 document of this API (the same one the Swagger UI shows)."""
     body = app.get_openapi_json_schema(title=TITLE, version=VERSION, servers=[Server(url="/")], **_SECURITY)
     return Response(status_code=200, content_type="application/json", body=body)
 
 
 def _envelope(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
-    return Response(status_code=status, content_type="application/json", headers=headers or {},
-                    body=ErrorEnvelope(error=body).model_dump_json())
+    return Response(
+        status_code=status,
+        content_type="application/json",
+        headers=headers or {},
+        body=ErrorEnvelope(error=body).model_dump_json(),
+    )
 
 
 @app.exception_handler(ApiError)
 def _api_error(error: ApiError) -> Response:
-    return _envelope(error.status, ErrorBody(message=error.message, type=error.type, param=error.param,
-                                             code=error.code), error.headers)
+    return _envelope(
+        error.status,
+        ErrorBody(message=error.message, type=error.type, param=error.param, code=error.code),
+        error.headers,
+    )
 
 
 def _unauthenticated() -> Response | None:
@@ -102,8 +109,12 @@ def _invalid_request(error: RequestValidationError) -> Response:
         return denied
     first = error.errors()[0] if error.errors() else {}
     if first.get("type") == "json_invalid":  # its `loc` is ("body", <character offset>): no field
-        return _envelope(400, ErrorBody(message=f"request body is not valid JSON: {first['ctx']['error']}",
-                                        code="invalid_json"))
+        return _envelope(
+            400,
+            ErrorBody(
+                message=f"request body is not valid JSON: {first['ctx']['error']}", code="invalid_json"
+            ),
+        )
     # Name the first offending field the way OpenAI does: `param` is its path in the body.
     location = [p for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
     param = loc_path(location) or None
@@ -118,22 +129,33 @@ def _unsupported_content_type(error: RequestUnsupportedContentType) -> Response:
     if (denied := _unauthenticated()) is not None:
         return denied
     content_type = app.current_event.headers.get("content-type", "")
-    return _envelope(400, ErrorBody(message=f"Unsupported Content-Type {content_type[:100]!r}: send "
-                                            "application/json (or multipart/form-data to /v1/files).",
-                                    code="unsupported_content_type"))
+    return _envelope(
+        400,
+        ErrorBody(
+            message=f"Unsupported Content-Type {content_type[:100]!r}: send "
+            "application/json (or multipart/form-data to /v1/files).",
+            code="unsupported_content_type",
+        ),
+    )
 
 
 @app.exception_handler(json.JSONDecodeError)
 def _bad_json(error: json.JSONDecodeError) -> Response:
     if (denied := _unauthenticated()) is not None:
         return denied
-    return _envelope(400, ErrorBody(message=f"request body is not valid JSON: {error.msg}", code="invalid_json"))
+    return _envelope(
+        400, ErrorBody(message=f"request body is not valid JSON: {error.msg}", code="invalid_json")
+    )
 
 
 @app.not_found
 def _not_found(error: NotFoundError) -> Response:
-    return _envelope(404, ErrorBody(message=f"no route for {app.current_event.http_method} {app.current_event.path}",
-                                    code="not_found"))
+    return _envelope(
+        404,
+        ErrorBody(
+            message=f"no route for {app.current_event.http_method} {app.current_event.path}", code="not_found"
+        ),
+    )
 
 
 @app.exception_handler(Exception)
@@ -144,7 +166,8 @@ def _unexpected(error: Exception) -> Response:
         if (denied := _unauthenticated()) is not None:
             return denied
         reason = "it is not valid UTF-8" if isinstance(error, UnicodeDecodeError) else str(error)[:200]
-        return _envelope(400, ErrorBody(message=f"the request could not be read: {reason}",
-                                        code="invalid_request"))
+        return _envelope(
+            400, ErrorBody(message=f"the request could not be read: {reason}", code="invalid_request")
+        )
     logger.exception("unhandled error")
     return _envelope(500, ErrorBody(message="internal error", type="server_error", code="internal_error"))

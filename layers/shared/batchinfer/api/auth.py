@@ -49,8 +49,10 @@ def authenticate(headers: dict[str, str]) -> ApiKey:
     """The live API key of a request's headers; raises `Unauthorized`."""
     token = bearer_token(headers)
     if token is None:
-        raise Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
-                           code="missing_api_key")
+        raise Unauthorized(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+            code="missing_api_key",
+        )
     key = accounts.authenticate(token)
     if key is None:
         # OpenAI shows the key's first and last characters; a short preview is enough to spot a typo.

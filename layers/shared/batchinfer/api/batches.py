@@ -24,8 +24,9 @@ from batchinfer.wire.status import BatchStatus
 
 router = Router()
 BatchId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
-After = Annotated[str | None,
-                  Query(max_length=MAX_ID_LENGTH, description="the last batch id of the previous page")]
+After = Annotated[
+    str | None, Query(max_length=MAX_ID_LENGTH, description="the last batch id of the previous page")
+]
 
 
 def batch_view(item: BatchHeader) -> Batch:
@@ -44,8 +45,9 @@ def batch_view(item: BatchHeader) -> Batch:
             key = f"{item.output_prefix}{kind}.jsonl"
             changes[f"{kind}_file_id"] = locations.located(where, item.output_bucket, key).uri()
             try:
-                changes[f"{kind}_file_url"] = s3.presigned_get(item.output_bucket, key, where=where,
-                                                                    expires_in=settings.presign_seconds)
+                changes[f"{kind}_file_url"] = s3.presigned_get(
+                    item.output_bucket, key, where=where, expires_in=settings.presign_seconds
+                )
             except locations.InvalidPath:  # COS was switched off since: the path is all we can give
                 logger.warning("no presigned URL for a cos:// result", extra={"batch_id": item.id})
     return batch.model_copy(update=changes)
@@ -66,8 +68,11 @@ def _batch_id(account_id: str) -> str:
     if key is None:
         return ids.new_batch_id()
     if not 1 <= len(key) <= 255 or not key.isprintable():
-        raise ApiError("Idempotency-Key must be 1 to 255 printable characters", code="invalid_idempotency_key",
-                       param="Idempotency-Key")
+        raise ApiError(
+            "Idempotency-Key must be 1 to 255 printable characters",
+            code="invalid_idempotency_key",
+            param="Idempotency-Key",
+        )
     return ids.idempotent_batch_id(account_id, key)
 
 
@@ -84,22 +89,39 @@ def create_batch(request: CreateBatchRequest) -> Batch:
     settings, batch_id = get_settings(), _batch_id(account_id)
     try:
         item = intake.create_batch(
-            batch_id=batch_id, account_id=account_id, input_file_id=request.input_file_id,
-            input_bucket=plan.input_bucket, input_key=plan.input_key, input_where=plan.input_where,
-            endpoint=plan.endpoint, completion_window=request.completion_window, metadata=request.metadata,
-            name=request.name, output_bucket=plan.output.bucket if plan.output else None,
-            output_prefix=plan.output_prefix(batch_id), output_where=plan.output.where if plan.output else "",
-            input_source=request.input_source, output_target=plan.output_target,
-            output_user_s3_path=request.output_user_s3_path, output_user_cos_path=request.output_user_cos_path,
+            batch_id=batch_id,
+            account_id=account_id,
+            input_file_id=request.input_file_id,
+            input_bucket=plan.input_bucket,
+            input_key=plan.input_key,
+            input_where=plan.input_where,
+            endpoint=plan.endpoint,
+            completion_window=request.completion_window,
+            metadata=request.metadata,
+            name=request.name,
+            output_bucket=plan.output.bucket if plan.output else None,
+            output_prefix=plan.output_prefix(batch_id),
+            output_where=plan.output.where if plan.output else "",
+            input_source=request.input_source,
+            output_target=plan.output_target,
+            output_user_s3_path=request.output_user_s3_path,
+            output_user_cos_path=request.output_user_cos_path,
             max_active=account.max_active_batches or settings.max_active_batches,
-            max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute)
+            max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute,
+        )
     except accounts.LimitExceeded as error:
         if error.kind == "rate":
-            raise TooManyRequests(f"Rate limit reached: {error.limit} batch creations per minute.",
-                                  code="rate_limit_exceeded", retry_after=error.retry_after) from None
-        raise TooManyRequests(f"This account has {error.limit} batches that have not finished, the most it "
-                              "may have; wait for one to end or cancel one.",
-                              code="active_batch_limit_exceeded", retry_after=error.retry_after) from None
+            raise TooManyRequests(
+                f"Rate limit reached: {error.limit} batch creations per minute.",
+                code="rate_limit_exceeded",
+                retry_after=error.retry_after,
+            ) from None
+        raise TooManyRequests(
+            f"This account has {error.limit} batches that have not finished, the most it "
+            "may have; wait for one to end or cancel one.",
+            code="active_batch_limit_exceeded",
+            retry_after=error.retry_after,
+        ) from None
     return batch_view(item)
 
 
@@ -110,13 +132,18 @@ def retrieve_batch(batch_id: BatchId) -> Batch:
 
 
 @router.get("/v1/batches", responses=documented(None, links=links.BATCH_PAGE))
-def list_batches(limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
-                 after: After = None) -> BatchList:
+def list_batches(
+    limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20, after: After = None
+) -> BatchList:
     """The caller's batches, newest first."""
     items, has_more = batches.page(current_account(), limit=limit, after=after)
     data = [batch_view(i) for i in items]
-    return BatchList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
-                     has_more=has_more)
+    return BatchList(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=has_more,
+    )
 
 
 @router.post("/v1/batches/<batch_id>/cancel", responses=documented(None, 404, 409, links=links.BATCH_RESULTS))
@@ -130,8 +157,10 @@ def cancel_batch(batch_id: BatchId) -> Batch:
         current = owned_batch(batch_id)
         if current.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
             return batch_view(current)
-        raise Conflict(f"Batch {batch_id} is {current.status.value} and can no longer be cancelled.",
-                       code="batch_not_cancellable")
+        raise Conflict(
+            f"Batch {batch_id} is {current.status.value} and can no longer be cancelled.",
+            code="batch_not_cancellable",
+        )
     # The aggregator seals the batch, turns the unrun requests into `batch_cancelled` lines and ends it.
     sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
     return batch_view(cancelled)

@@ -13,8 +13,15 @@ class ApiError(Exception):
     status = 400
     type = "invalid_request_error"
 
-    def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 status: int | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message, self.code, self.param = message, code, param
         self.headers = headers or {}
@@ -54,17 +61,21 @@ _DESCRIPTIONS = {
 }
 
 
-def documented(success: dict[str, Any] | None = None, *codes: int,
-               links: dict[str, dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
+def documented(
+    success: dict[str, Any] | None = None, *codes: int, links: dict[str, dict[str, Any]] | None = None
+) -> dict[int, dict[str, Any]]:
     """OpenAPI `responses` of a route: its success response (default: 200 with the return type)
     with `links` (see `batchinfer.api.links`), plus 400, 401 and `codes`, each an `ErrorEnvelope`."""
     responses: dict[int, dict[str, Any]] = {200: success or {"description": "Successful Response"}}
     if links:
         responses[200] = {**responses[200], "links": links}
     for code in sorted({400, 401, *codes}):
-        responses[code] = {"description": _DESCRIPTIONS[code],
-                           "content": {"application/json": {"model": ErrorEnvelope}}}
+        responses[code] = {
+            "description": _DESCRIPTIONS[code],
+            "content": {"application/json": {"model": ErrorEnvelope}},
+        }
         if code == 429:
-            responses[code]["headers"] = {"Retry-After": {"description": "seconds to wait",
-                                                          "schema": {"type": "integer"}}}
+            responses[code]["headers"] = {
+                "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+            }
     return responses

@@ -42,41 +42,61 @@ def owned_file(file_id: str, account_id: str | None = None) -> FileRecord:
     return item
 
 
-def new_file_record(*, file_id: str, size: int, filename: str, purpose: str,
-                    account_id: str) -> FileRecord:
+def new_file_record(*, file_id: str, size: int, filename: str, purpose: str, account_id: str) -> FileRecord:
     """A file record for an object at `files/<file_id>` of the service bucket."""
-    return FileRecord(id=file_id, bytes=size, created_at=now(), filename=filename, purpose=purpose,
-                      status="processed", account_id=account_id, bucket=get_settings().bucket_name,
-                      key=f"files/{file_id}")
+    return FileRecord(
+        id=file_id,
+        bytes=size,
+        created_at=now(),
+        filename=filename,
+        purpose=purpose,
+        status="processed",
+        account_id=account_id,
+        bucket=get_settings().bucket_name,
+        key=f"files/{file_id}",
+    )
 
 
 @router.post("/v1/files", responses=documented(None, links=links.FILE))
-def upload_file(file: Annotated[UploadFile, File(description="the JSONL input")],
-                purpose: Annotated[Literal["batch"], Form(description="what the file is for: 'batch'")],
-                ) -> FileObject:
+def upload_file(
+    file: Annotated[UploadFile, File(description="the JSONL input")],
+    purpose: Annotated[Literal["batch"], Form(description="what the file is for: 'batch'")],
+) -> FileObject:
     """Upload a JSONL batch input (up to the 6 MB a request can carry; larger files: /v1/uploads)."""
     try:
         filename = check_filename((file.filename or "upload.jsonl")[:255])
     except ValueError as error:
         raise ApiError(f"file: {error}", code="invalid_filename", param="file") from None
-    item = new_file_record(file_id=ids.new_file_id(), size=len(file.content), purpose=purpose,
-                           filename=filename, account_id=current_account())
+    item = new_file_record(
+        file_id=ids.new_file_id(),
+        size=len(file.content),
+        purpose=purpose,
+        filename=filename,
+        account_id=current_account(),
+    )
     s3.put_bytes(item.bucket, item.key, file.content)
     files.put(item)
     return file_object(item)
 
 
 @router.get("/v1/files", responses=documented(None, links=links.FILE_PAGE))
-def list_files(limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
-               after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
-               order: Annotated[Literal["asc", "desc"], Query()] = "desc",
-               purpose: Annotated[str | None, Query(max_length=64)] = None) -> FileList:
+def list_files(
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+    after: Annotated[str | None, Query(max_length=MAX_ID_LENGTH)] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    purpose: Annotated[str | None, Query(max_length=64)] = None,
+) -> FileList:
     """The caller's files (inputs and batch results)."""
-    items, has_more = files.page(current_account(), limit=limit, after=after, purpose=purpose,
-                                 newest_first=order == "desc")
+    items, has_more = files.page(
+        current_account(), limit=limit, after=after, purpose=purpose, newest_first=order == "desc"
+    )
     data = [file_object(i) for i in items]
-    return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
-                    has_more=has_more)
+    return FileList(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=has_more,
+    )
 
 
 @router.get("/v1/files/<file_id>", responses=documented(None, 404, links=links.FILE))
@@ -94,16 +114,25 @@ def delete_file(file_id: FileId) -> FileDeleted:
     return FileDeleted(id=file_id, deleted=True)
 
 
-@router.get("/v1/files/<file_id>/content", responses=documented(
-    {"description": "the file's bytes", "content": {"application/octet-stream": {"schema": {}}}}, 404)
-    | {302: {"description": "large files: a presigned S3 URL in Location"}})
-def file_content(file_id: FileId):  # noqa: ANN201 - Powertools can't model a raw Response as a return type
+@router.get(
+    "/v1/files/<file_id>/content",
+    responses=documented(
+        {"description": "the file's bytes", "content": {"application/octet-stream": {"schema": {}}}}, 404
+    )
+    | {302: {"description": "large files: a presigned S3 URL in Location"}},
+)
+def file_content(file_id: FileId):
     """A file's bytes (files over 4 MB: a 302 to a presigned S3 URL)."""
     item = owned_file(file_id)
     where = item.where
     if item.bytes > INLINE_CONTENT_BYTES:
-        url = s3.presigned_get(item.bucket, item.key, filename=item.filename, where=where,
-                                    expires_in=get_settings().presign_seconds)
+        url = s3.presigned_get(
+            item.bucket,
+            item.key,
+            filename=item.filename,
+            where=where,
+            expires_in=get_settings().presign_seconds,
+        )
         return Response(status_code=302, headers={"Location": url}, body="")
     data = s3.get_bytes(item.bucket, item.key, where=where)
     return Response(status_code=200, content_type="application/octet-stream", body=data)

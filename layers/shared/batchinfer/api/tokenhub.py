@@ -46,8 +46,12 @@ class Plan:
 
 def _allowed(location: Location, account: Account, param: str) -> None:
     if location.bucket_ref == f"s3://{get_settings().bucket_name}" or not account.allows(location.bucket_ref):
-        raise Forbidden(f"This account may not use bucket {location.bucket_ref!r}; ask the operator to add "
-                        "it to the account's bucket allowlist.", code="bucket_not_allowed", param=param)
+        raise Forbidden(
+            f"This account may not use bucket {location.bucket_ref!r}; ask the operator to add "
+            "it to the account's bucket allowlist.",
+            code="bucket_not_allowed",
+            param=param,
+        )
 
 
 def _parse(path: str, scheme: str, param: str, *, prefix: bool) -> Location:
@@ -64,11 +68,17 @@ def _output_target(request: CreateBatchRequest) -> OutputTarget:
     target = request.output_target or (given[0] if len(given) == 1 else "file")
     for source, name in _PATH_FIELD.items():
         if source != target and getattr(request, name) is not None:
-            raise ApiError(f"{name} goes with output_target '{source}', not '{target}'",
-                           code="invalid_parameter", param=name)
+            raise ApiError(
+                f"{name} goes with output_target '{source}', not '{target}'",
+                code="invalid_parameter",
+                param=name,
+            )
     if target != "file" and getattr(request, _PATH_FIELD[target]) is None:
-        raise ApiError(f"output_target '{target}' needs {_PATH_FIELD[target]}",
-                       code="missing_required_parameter", param=_PATH_FIELD[target])
+        raise ApiError(
+            f"output_target '{target}' needs {_PATH_FIELD[target]}",
+            code="missing_required_parameter",
+            param=_PATH_FIELD[target],
+        )
     return target
 
 
@@ -76,15 +86,19 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
     """Check a create request's source and target against the account; raises `ApiError` (400, 403, 404)."""
     source = request.input_source
     if source == "file" and request.endpoint is None:
-        raise ApiError("Missing required parameter: 'endpoint'.", code="missing_required_parameter",
-                       param="endpoint")
+        raise ApiError(
+            "Missing required parameter: 'endpoint'.", code="missing_required_parameter", param="endpoint"
+        )
     endpoint = request.endpoint or CHAT_ENDPOINT
     target = _output_target(request)
     if source == "file":
         input_file = owned_file(request.input_file_id, account_id)
         if input_file.purpose != "batch":
-            raise ApiError(f"file {request.input_file_id} has purpose {input_file.purpose!r}, not 'batch'",
-                           code="invalid_file_purpose", param="input_file_id")
+            raise ApiError(
+                f"file {request.input_file_id} has purpose {input_file.purpose!r}, not 'batch'",
+                code="invalid_file_purpose",
+                param="input_file_id",
+            )
         inputs = (input_file.bucket, input_file.key, input_file.where or "")
     else:
         location = _parse(request.input_file_id, _SCHEME[source], "input_file_id", prefix=False)
@@ -100,13 +114,25 @@ def plan(request: CreateBatchRequest, account: Account, account_id: str) -> Plan
         try:
             locations.check_readable(location)
         except Unavailable as error:
-            raise ApiError(f"The input file {request.input_file_id} cannot be read ({error.code}).",
-                           code="input_file_unavailable", param="input_file_id") from None
+            raise ApiError(
+                f"The input file {request.input_file_id} cannot be read ({error.code}).",
+                code="input_file_unavailable",
+                param="input_file_id",
+            ) from None
     if output is not None:
         try:
             locations.check_bucket(output)
         except Unavailable as error:
-            raise ApiError(f"The output path cannot be used ({error.code}).", code="output_path_unavailable",
-                           param=_PATH_FIELD[target]) from None
-    return Plan(endpoint=endpoint, input_bucket=inputs[0], input_key=inputs[1], input_where=inputs[2],
-                output=output, output_target=target)
+            raise ApiError(
+                f"The output path cannot be used ({error.code}).",
+                code="output_path_unavailable",
+                param=_PATH_FIELD[target],
+            ) from None
+    return Plan(
+        endpoint=endpoint,
+        input_bucket=inputs[0],
+        input_key=inputs[1],
+        input_where=inputs[2],
+        output=output,
+        output_target=target,
+    )

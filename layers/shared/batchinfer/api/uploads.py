@@ -41,10 +41,12 @@ def upload_view(item: UploadRecord) -> Upload:
     if upload.status == "pending" and item.expires_at <= now():
         return upload.model_copy(update={"status": "expired"})
     if upload.status == "pending":
-        url = s3.presigned_put(item.bucket, item.key, content_type=item.mime_type,
-                                    expires_in=max(1, item.expires_at - now()))
-        return upload.model_copy(update={"upload_url": url,
-                                         "upload_headers": {"Content-Type": item.mime_type}})
+        url = s3.presigned_put(
+            item.bucket, item.key, content_type=item.mime_type, expires_in=max(1, item.expires_at - now())
+        )
+        return upload.model_copy(
+            update={"upload_url": url, "upload_headers": {"Content-Type": item.mime_type}}
+        )
     return upload
 
 
@@ -61,38 +63,63 @@ def create_upload(request: CreateUploadRequest) -> Upload:
     """Announce a large file; PUT its bytes to the returned upload_url, then complete."""
     settings = get_settings()
     if request.bytes > settings.max_file_bytes:
-        raise ApiError(f"bytes: {request.bytes} is over the {settings.max_file_bytes}-byte limit of a batch "
-                       "file", code="file_too_large", param="bytes")
+        raise ApiError(
+            f"bytes: {request.bytes} is over the {settings.max_file_bytes}-byte limit of a batch file",
+            code="file_too_large",
+            param="bytes",
+        )
     at, file_id = now(), ids.new_file_id()
-    item = UploadRecord(id=f"upload_{file_id.removeprefix('file-')}", bytes=request.bytes, created_at=at,
-                        expires_at=at + settings.upload_expires_seconds, filename=request.filename,
-                        purpose=request.purpose, status="pending", mime_type=request.mime_type,
-                        account_id=current_account(), file_id=file_id, bucket=settings.bucket_name,
-                        key=f"files/{file_id}")
+    item = UploadRecord(
+        id=f"upload_{file_id.removeprefix('file-')}",
+        bytes=request.bytes,
+        created_at=at,
+        expires_at=at + settings.upload_expires_seconds,
+        filename=request.filename,
+        purpose=request.purpose,
+        status="pending",
+        mime_type=request.mime_type,
+        account_id=current_account(),
+        file_id=file_id,
+        bucket=settings.bucket_name,
+        key=f"files/{file_id}",
+    )
     uploads.put(item)
     return upload_view(item)
 
 
-@router.post("/v1/uploads/<upload_id>/complete",
-             responses=documented(None, 404, 409, links=links.COMPLETED_UPLOAD))
-def complete_upload(upload_id: UploadId,
-                    request: Annotated[CompleteUploadRequest | None, Body()] = None) -> Upload:
+@router.post(
+    "/v1/uploads/<upload_id>/complete", responses=documented(None, 404, 409, links=links.COMPLETED_UPLOAD)
+)
+def complete_upload(
+    upload_id: UploadId, request: Annotated[CompleteUploadRequest | None, Body()] = None
+) -> Upload:
     """Turn the uploaded bytes into a File (checks that exactly `bytes` bytes arrived)."""
     item = owned_upload(upload_id)
     if item.status == "completed":
         return upload_view(item)
     if item.status != "pending" or item.expires_at <= now():
-        raise Conflict(f"Upload {upload_id} is {upload_view(item).status} and can't be completed.",
-                       code="upload_not_pending")
+        raise Conflict(
+            f"Upload {upload_id} is {upload_view(item).status} and can't be completed.",
+            code="upload_not_pending",
+        )
     size = s3.size(item.bucket, item.key)
     if size is None:
-        raise ApiError("Nothing was uploaded: PUT the file's bytes to upload_url first.",
-                       code="upload_incomplete")
+        raise ApiError(
+            "Nothing was uploaded: PUT the file's bytes to upload_url first.", code="upload_incomplete"
+        )
     if size != item.bytes:
-        raise ApiError(f"The upload has {size} bytes, but {item.bytes} were announced.",
-                       code="upload_size_mismatch", param="bytes")
-    record = new_file_record(file_id=item.file_id, size=size, filename=item.filename,
-                             purpose=item.purpose, account_id=item.account_id)
+        raise ApiError(
+            f"The upload has {size} bytes, but {item.bytes} were announced.",
+            code="upload_size_mismatch",
+            param="bytes",
+        )
+    record = new_file_record(
+        file_id=item.file_id,
+        size=size,
+        filename=item.filename,
+        purpose=item.purpose,
+        account_id=item.account_id,
+    )
     files.put(record)
     done = uploads.finish(upload_id, "completed", file=file_object(record))
     return upload_view(done or owned_upload(upload_id))
@@ -106,7 +133,8 @@ def cancel_upload(upload_id: UploadId) -> Upload:
         return upload_view(item)
     done = uploads.finish(upload_id, "cancelled")
     if done is None:
-        raise Conflict(f"Upload {upload_id} is {item.status} and can't be cancelled.",
-                       code="upload_not_pending")
+        raise Conflict(
+            f"Upload {upload_id} is {item.status} and can't be cancelled.", code="upload_not_pending"
+        )
     s3.delete(item.bucket, item.key)
     return upload_view(done)

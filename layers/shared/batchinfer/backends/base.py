@@ -33,9 +33,17 @@ class BackendError(Exception):
     trying again may succeed (429, 5xx, timeouts, connection resets).
     """
 
-    def __init__(self, status_code: int, message: str, *, code: str | None = None,
-                 type: str = "invalid_request_error", param: str | None = None,
-                 retryable: bool = False, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message

@@ -28,7 +28,9 @@ class ChaosBackend:
             state = chaos.state()
             await asyncio.sleep(state[0].slow_backend_seconds if state else 0)
         if chaos.roll("backend_error"):
-            raise BackendError(503, "injected backend fault", type="server_error", code="chaos", retryable=True)
+            raise BackendError(
+                503, "injected backend fault", type="server_error", code="chaos", retryable=True
+            )
 
 
 def wrap(backend: Any) -> Any:

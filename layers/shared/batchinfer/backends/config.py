@@ -123,8 +123,10 @@ ModelConfig = Annotated[
 BACKEND_TAGS = frozenset({"llama_cpp", "openai", "kserve_v2", "bedrock"})
 
 # Options earlier releases accepted, and why they are gone: (backend, option) -> the registry's message.
-_ONE_PLACE = ("no longer an option: a request is sent once and the shard worker retries 429 and 503 "
-              "answers (honouring Retry-After); remove it")
+_ONE_PLACE = (
+    "no longer an option: a request is sent once and the shard worker retries 429 and 503 "
+    "answers (honouring Retry-After); remove it"
+)
 RETIRED_OPTIONS: dict[tuple[str, str], str] = {
     ("kserve_v2", "max_retries"): _ONE_PLACE,
     ("kserve_v2", "max_retry_wait"): _ONE_PLACE,

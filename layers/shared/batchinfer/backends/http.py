@@ -24,8 +24,15 @@ import aiohttp
 
 from batchinfer.backends.base import BackendError
 
-__all__ = ["RETRYABLE_4XX", "Answer", "closing", "parse_retry_after", "post_json", "retryable_status",
-           "upstream_error"]
+__all__ = [
+    "RETRYABLE_4XX",
+    "Answer",
+    "closing",
+    "parse_retry_after",
+    "post_json",
+    "retryable_status",
+    "upstream_error",
+]
 
 T = TypeVar("T")
 
@@ -85,8 +92,9 @@ async def _session() -> aiohttp.ClientSession:
     return session
 
 
-async def post_json(url: str, payload: Any, *, timeout: float,
-                    headers: Mapping[str, str] | None = None) -> Answer:
+async def post_json(
+    url: str, payload: Any, *, timeout: float, headers: Mapping[str, str] | None = None
+) -> Answer:
     """POST `payload` as compact UTF-8 JSON to `url`; return the whole answer, whatever its status.
 
     Raises `UnicodeEncodeError` (nothing sent) when a string of `payload` is not valid Unicode (a lone
@@ -96,15 +104,26 @@ async def post_json(url: str, payload: Any, *, timeout: float,
     """
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     try:
-        async with (await _session()).post(url, data=data, headers={**_JSON, **(headers or {})},
-                                   timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        async with (await _session()).post(
+            url, data=data, headers={**_JSON, **(headers or {})}, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
             return Answer(response.status, response.reason or "", response.headers, await response.read())
     except TimeoutError:
-        raise BackendError(504, f"The model server did not answer within {timeout:g} s.", type="server_error",
-                           code="timeout", retryable=True) from None
+        raise BackendError(
+            504,
+            f"The model server did not answer within {timeout:g} s.",
+            type="server_error",
+            code="timeout",
+            retryable=True,
+        ) from None
     except aiohttp.ClientError as error:
-        raise BackendError(502, f"Cannot reach the model server: {type(error).__name__}: {error}",
-                           type="server_error", code="upstream_unavailable", retryable=True) from None
+        raise BackendError(
+            502,
+            f"Cannot reach the model server: {type(error).__name__}: {error}",
+            type="server_error",
+            code="upstream_unavailable",
+            retryable=True,
+        ) from None
 
 
 async def closing(awaitable: Awaitable[T]) -> T:
@@ -137,7 +156,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         if when.tzinfo is None:  # RFC 9110: HTTP-dates are always GMT
             return None
         seconds = when.timestamp() - (time.time() if now is None else now)
-    return max(0.0, seconds) if seconds == seconds else None  # noqa: PLR0124 - NaN -> None
+    return max(0.0, seconds) if seconds == seconds else None
 
 
 def retryable_status(status: int) -> bool:
@@ -145,8 +164,14 @@ def retryable_status(status: int) -> bool:
     return status in RETRYABLE_4XX or status >= 500
 
 
-def upstream_error(answer: Answer, message: str, *, type: str | None = None, code: str | None = None,
-                   param: str | None = None) -> BackendError:
+def upstream_error(
+    answer: Answer,
+    message: str,
+    *,
+    type: str | None = None,
+    code: str | None = None,
+    param: str | None = None,
+) -> BackendError:
     """The `BackendError` for a server's error `answer` (not 2xx), with the server's own `message`
     and, when it gave them, its OpenAI error `type`, `code` and `param`.
 
@@ -160,9 +185,20 @@ def upstream_error(answer: Answer, message: str, *, type: str | None = None, cod
     if retryable_status(status):
         if status == 429:  # OpenAI's own rate-limit error: type "requests", code "rate_limit_exceeded"
             type, code = type or "requests", code or "rate_limit_exceeded"
-        return BackendError(status, message, type=type or "server_error", code=code, param=param,
-                            retryable=True, retry_after=parse_retry_after(answer.headers.get("retry-after")))
+        return BackendError(
+            status,
+            message,
+            type=type or "server_error",
+            code=code,
+            param=param,
+            retryable=True,
+            retry_after=parse_retry_after(answer.headers.get("retry-after")),
+        )
     if 400 <= status < 500:
         return BackendError(status, message, type=type or "invalid_request_error", code=code, param=param)
-    return BackendError(502, f"The model server answered with unexpected HTTP {status}: {message}",
-                        type="server_error", code="bad_response")
+    return BackendError(
+        502,
+        f"The model server answered with unexpected HTTP {status}: {message}",
+        type="server_error",
+        code="bad_response",
+    )

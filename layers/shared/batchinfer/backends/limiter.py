@@ -48,8 +48,15 @@ class AIMDLimiter:
     Not thread-safe: use it from one loop.
     """
 
-    def __init__(self, maximum: int, *, minimum: int = 1, initial: int = 16,
-                 increase: float = 1.0, decrease: float = 0.97) -> None:
+    def __init__(
+        self,
+        maximum: int,
+        *,
+        minimum: int = 1,
+        initial: int = 16,
+        increase: float = 1.0,
+        decrease: float = 0.97,
+    ) -> None:
         if not 1 <= minimum <= maximum:
             raise ValueError(f"need 1 <= minimum <= maximum, got {minimum} and {maximum}")
         if not 0 < decrease < 1 or increase <= 0:

@@ -131,7 +131,7 @@ class _PriorityExecutor(Executor):
                 continue
             try:
                 result = fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - delivered to the waiter, as ThreadPoolExecutor does
+            except BaseException as exc:
                 future.set_exception(exc)
             else:
                 future.set_result(result)
@@ -352,10 +352,15 @@ class LlamaCppBackend:
             try:
                 limits = await asyncio.wrap_future(future)
             except Exception as exc:
-                raise BackendError(500, f"The model failed to load: {type(exc).__name__}: {exc}",
-                                   type="server_error", code="model_error") from exc
-        return dataclasses.replace(limits, max_input_tokens=self.config.max_input_tokens,
-                                   max_iter_times=self.config.max_iter_times)
+                raise BackendError(
+                    500,
+                    f"The model failed to load: {type(exc).__name__}: {exc}",
+                    type="server_error",
+                    code="model_error",
+                ) from exc
+        return dataclasses.replace(
+            limits, max_input_tokens=self.config.max_input_tokens, max_iter_times=self.config.max_iter_times
+        )
 
     async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
         """Generate after `input_ids` (already checked against `token_limits`) with `params`.
@@ -386,8 +391,14 @@ class LlamaCppBackend:
                 param="parameters.timeout",
             ) from None
 
-    def _generate_tokens(self, input_ids: list[int], params: SamplingParams, deadline: float,
-                         started: threading.Event, stop: threading.Event) -> TokenResult:
+    def _generate_tokens(
+        self,
+        input_ids: list[int],
+        params: SamplingParams,
+        deadline: float,
+        started: threading.Event,
+        stop: threading.Event,
+    ) -> TokenResult:
         started.set()
         try:
             return self._sample_tokens(input_ids, params, deadline, stop)
@@ -398,8 +409,9 @@ class LlamaCppBackend:
                 500, f"The model failed: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
             ) from exc
 
-    def _sample_tokens(self, input_ids: list[int], params: SamplingParams, deadline: float,
-                       stop: threading.Event) -> TokenResult:
+    def _sample_tokens(
+        self, input_ids: list[int], params: SamplingParams, deadline: float, stop: threading.Event
+    ) -> TokenResult:
         import llama_cpp
         from llama_cpp._internals import LlamaSampler  # llama-cpp-python's sampler-chain wrapper (pinned)
 
@@ -416,9 +428,13 @@ class LlamaCppBackend:
         try:
             if params.repetition_penalty != 1.0:
                 # Over the whole context, prompt included (Hugging Face's RepetitionPenaltyLogitsProcessor).
-                sampler.add_penalties(n_vocab=llm.n_vocab(), penalty_last_n=n_ctx,
-                                      penalty_repeat=params.repetition_penalty, penalty_freq=0.0,
-                                      penalty_present=0.0)
+                sampler.add_penalties(
+                    n_vocab=llm.n_vocab(),
+                    penalty_last_n=n_ctx,
+                    penalty_repeat=params.repetition_penalty,
+                    penalty_freq=0.0,
+                    penalty_present=0.0,
+                )
             if params.do_sample:
                 seed = params.seed if params.seed is not None else secrets.randbits(64)
                 sampler.add_temp(params.temperature)

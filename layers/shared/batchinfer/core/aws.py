@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import boto3
@@ -36,7 +36,7 @@ def _before_call(model: Any, **_: Any) -> None:
         hook(model.service_model.service_name, model.name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _session(endpoint: str | None) -> boto3.session.Session:
     session = boto3.session.Session()
     # On the session, before any client exists: each client copies the session's handlers.
@@ -44,12 +44,12 @@ def _session(endpoint: str | None) -> boto3.session.Session:
     return session
 
 
-@lru_cache(maxsize=None)
+@cache
 def _client(service: str, endpoint: str | None) -> Any:
     return _session(endpoint).client(service, config=_CONFIG)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table(name: str, endpoint: str | None) -> Any:
     return _session(endpoint).resource("dynamodb", config=_CONFIG).Table(name)
 

@@ -4,7 +4,8 @@
 `{"seed": 7, "crash_before_commit": 0.05, "crash_after_commit": 0.05, "backend_error": 0.05,
 "slow_backend": 0.05, "duplicate_delivery": 0.05}`. Crashes raise `ChaosCrash` at named points of
 the pipeline (the handler then fails like a crashed Lambda: SQS redelivers); backend faults are
-injected by `batchinfer.backends.chaos.ChaosBackend`; duplicate delivery is done by the local stack's SQS pollers.
+injected by `batchinfer.backends.chaos.ChaosBackend`; duplicate delivery is done by the local stack's SQS
+pollers.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import random
 import threading
 from collections import Counter
 from functools import lru_cache
-from pydantic import BaseModel, ConfigDict, Field
 
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ChaosConfig(BaseModel):

@@ -27,8 +27,9 @@ class Settings(BaseSettings):
     finalize_queue_url: str = ""
     # Defaults measured by `make bench` (README "Performance"), kept equal to template.yaml's.
     shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
-    worker_concurrency: int = Field(64, ge=1, le=256,
-                                    description="most requests in flight per shard worker (it adapts below)")
+    worker_concurrency: int = Field(
+        64, ge=1, le=256, description="most requests in flight per shard worker (it adapts below)"
+    )
     max_requests_per_file: int = Field(50_000, ge=1)
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     max_line_bytes: int = Field(1024 * 1024, ge=1)

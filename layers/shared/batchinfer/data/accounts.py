@@ -50,6 +50,7 @@ class LimitExceeded(Exception):
 
 # ---- keys -----------------------------------------------------------------------------------------
 
+
 def hash_key(secret: str) -> str:
     """The stored form of an API key: its SHA-256, hex."""
     return hashlib.sha256(secret.encode()).hexdigest()
@@ -60,8 +61,9 @@ def new_secret() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def create_key(account_id: str, *, name: str | None = None, secret: str | None = None,
-               table: Table | None = None) -> tuple[str, ApiKey]:
+def create_key(
+    account_id: str, *, name: str | None = None, secret: str | None = None, table: Table | None = None
+) -> tuple[str, ApiKey]:
     """Create an API key for `account_id` (the account is created too if new).
 
     `secret` stores a given key (the local stack's dev key) instead of a random one; storing the
@@ -83,11 +85,25 @@ def create_key(account_id: str, *, name: str | None = None, secret: str | None =
 def _store_key(account_id: str, name: str | None, digest: str, table: Table) -> ApiKey:
     """The key and its id pointer in one transaction; the stored key when that secret has one already."""
     record = ApiKey(key_id=f"key_{secrets.token_hex(8)}", account_id=account_id, name=name, created_at=now())
-    item = {**keys.indexed(keys.api_key(digest), keys.account_keys(account_id),
-                           keys.key_order(record.created_at, record.key_id)), **record.stored()}
-    pointer = {**keys.key_pointer(record.key_id), **KeyPointer(key_hash=digest, account_id=account_id).stored()}
-    if not transact([{"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
-                     {"Put": {"Item": pointer}}], table=table):
+    item = {
+        **keys.indexed(
+            keys.api_key(digest),
+            keys.account_keys(account_id),
+            keys.key_order(record.created_at, record.key_id),
+        ),
+        **record.stored(),
+    }
+    pointer = {
+        **keys.key_pointer(record.key_id),
+        **KeyPointer(key_hash=digest, account_id=account_id).stored(),
+    }
+    if not transact(
+        [
+            {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
+            {"Put": {"Item": pointer}},
+        ],
+        table=table,
+    ):
         return record
     existing = _key(table, digest)
     if existing is None:  # deleted between the two calls: nothing sensible to return
@@ -114,19 +130,29 @@ def revoke_key(key: str, *, table: Table | None = None) -> ApiKey | None:
         digest = KeyPointer.model_validate(item).key_hash
     else:
         digest = hash_key(key)
-    result = conditional(table.update_item, Key=keys.api_key(digest),
-                         UpdateExpression="SET revoked_at = if_not_exists(revoked_at, :now)",
-                         ConditionExpression="attribute_exists(PK)", ExpressionAttributeValues={":now": now()},
-                         ReturnValues="ALL_NEW")
+    result = conditional(
+        table.update_item,
+        Key=keys.api_key(digest),
+        UpdateExpression="SET revoked_at = if_not_exists(revoked_at, :now)",
+        ConditionExpression="attribute_exists(PK)",
+        ExpressionAttributeValues={":now": now()},
+        ReturnValues="ALL_NEW",
+    )
     return None if result is None else ApiKey.model_validate(result["Attributes"])
 
 
 def list_keys(account_id: str, *, table: Table | None = None) -> list[ApiKey]:
     """An account's keys (revoked ones included), newest first."""
     table = handle(table)
-    return [ApiKey.model_validate(item) for item in items(
-        table.query, IndexName="GSI1", ScanIndexForward=False,
-        KeyConditionExpression=Key("GSI1PK").eq(keys.account_keys(account_id)))]
+    return [
+        ApiKey.model_validate(item)
+        for item in items(
+            table.query,
+            IndexName="GSI1",
+            ScanIndexForward=False,
+            KeyConditionExpression=Key("GSI1PK").eq(keys.account_keys(account_id)),
+        )
+    ]
 
 
 def authenticate(secret: str | None, *, table: Table | None = None) -> ApiKey | None:
@@ -141,10 +167,14 @@ def authenticate(secret: str | None, *, table: Table | None = None) -> ApiKey | 
 
 # ---- account settings -----------------------------------------------------------------------------
 
+
 def ensure_account(account_id: str, *, table: Table | None = None) -> bool:
     """Create the account's settings item with defaults unless it exists; True when it was created."""
     item = {**keys.account(account_id), **Account(account_id=account_id, created_at=now()).stored()}
-    return conditional(handle(table).put_item, Item=item, ConditionExpression="attribute_not_exists(PK)") is not None
+    return (
+        conditional(handle(table).put_item, Item=item, ConditionExpression="attribute_not_exists(PK)")
+        is not None
+    )
 
 
 def get_account(account_id: str, *, table: Table | None = None) -> Account:
@@ -153,9 +183,14 @@ def get_account(account_id: str, *, table: Table | None = None) -> Account:
     return Account.model_validate(item) if item else Account(account_id=account_id)
 
 
-def configure_account(account_id: str, *, allowed_buckets: list[str] | None = None,
-                      max_active_batches: int | None = None, max_creates_per_minute: int | None = None,
-                      table: Table | None = None) -> Account:
+def configure_account(
+    account_id: str,
+    *,
+    allowed_buckets: list[str] | None = None,
+    max_active_batches: int | None = None,
+    max_creates_per_minute: int | None = None,
+    table: Table | None = None,
+) -> Account:
     """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged).
 
     Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart).
@@ -168,8 +203,10 @@ def configure_account(account_id: str, *, allowed_buckets: list[str] | None = No
             if scheme not in ("s3", "cos") or not sep or not name or "/" in name:
                 raise ValueError(f"bucket must be 's3://name' or 'cos://name', got {ref!r}")
         sets["allowed_buckets"] = sorted(set(allowed_buckets))
-    for field, value in (("max_active_batches", max_active_batches),
-                         ("max_creates_per_minute", max_creates_per_minute)):
+    for field, value in (
+        ("max_active_batches", max_active_batches),
+        ("max_creates_per_minute", max_creates_per_minute),
+    ):
         if value is not None:
             if value < 1:
                 raise ValueError(f"{field} must be at least 1, got {value}")
@@ -177,12 +214,17 @@ def configure_account(account_id: str, *, allowed_buckets: list[str] | None = No
     ensure_account(account_id, table=table)
     if sets:
         expression, names, values = assignments(sets)
-        handle(table).update_item(Key=keys.account(account_id), UpdateExpression=f"SET {expression}",
-                                  ExpressionAttributeNames=names, ExpressionAttributeValues=values)
+        handle(table).update_item(
+            Key=keys.account(account_id),
+            UpdateExpression=f"SET {expression}",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
     return get_account(account_id, table=table)
 
 
 # ---- counters -------------------------------------------------------------------------------------
+
 
 def active_batches(account_id: str, *, table: Table | None = None) -> int:
     """The account's counter of non-terminal batches (consistent read)."""
@@ -193,8 +235,11 @@ def active_batches(account_id: str, *, table: Table | None = None) -> int:
 def count_active(account_id: str, max_active: int | None) -> dict[str, Any]:
     """The transaction action adding one to the account's active batches, refused (a failed condition)
     when `max_active` are counted already (None: never refused)."""
-    update: dict[str, Any] = {"Key": keys.active_counter(account_id), "UpdateExpression": "ADD active_batches :one",
-                              "ExpressionAttributeValues": {":one": 1}}
+    update: dict[str, Any] = {
+        "Key": keys.active_counter(account_id),
+        "UpdateExpression": "ADD active_batches :one",
+        "ExpressionAttributeValues": {":one": 1},
+    }
     if max_active is not None:
         update["ConditionExpression"] = "attribute_not_exists(active_batches) OR active_batches < :max"
         update["ExpressionAttributeValues"][":max"] = max_active
@@ -203,15 +248,24 @@ def count_active(account_id: str, max_active: int | None) -> dict[str, Any]:
 
 def uncount_active(account_id: str) -> dict[str, Any]:
     """The transaction action taking one off the account's active batches (a counted batch ended)."""
-    return {"Update": {"Key": keys.active_counter(account_id), "UpdateExpression": "ADD active_batches :minus",
-                       "ExpressionAttributeValues": {":minus": -1}}}
+    return {
+        "Update": {
+            "Key": keys.active_counter(account_id),
+            "UpdateExpression": "ADD active_batches :minus",
+            "ExpressionAttributeValues": {":minus": -1},
+        }
+    }
 
 
 def count_creation(account_id: str, minute: int, max_per_minute: int) -> dict[str, Any]:
     """The transaction action adding one to the account's creations in the calendar minute starting at
     `minute` (Unix seconds), refused (a failed condition) when `max_per_minute` were made already."""
-    return {"Update": {
-        "Key": keys.rate_counter(account_id, minute), "UpdateExpression": "ADD creates :one SET #ttl = :ttl",
-        "ExpressionAttributeNames": {"#ttl": "ttl"},
-        "ConditionExpression": "attribute_not_exists(creates) OR creates < :max",
-        "ExpressionAttributeValues": {":one": 1, ":max": max_per_minute, ":ttl": minute + RATE_TTL_S}}}
+    return {
+        "Update": {
+            "Key": keys.rate_counter(account_id, minute),
+            "UpdateExpression": "ADD creates :one SET #ttl = :ttl",
+            "ExpressionAttributeNames": {"#ttl": "ttl"},
+            "ConditionExpression": "attribute_not_exists(creates) OR creates < :max",
+            "ExpressionAttributeValues": {":one": 1, ":max": max_per_minute, ":ttl": minute + RATE_TTL_S},
+        }
+    }

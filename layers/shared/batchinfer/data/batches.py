@@ -32,8 +32,14 @@ OPEN_STATUSES = tuple(s for s in BatchStatus if not is_terminal(s))
 
 
 def _record(header: BatchHeader) -> dict[str, Any]:
-    return {**keys.indexed(keys.batch(header.id), keys.account_batches(header.account_id),
-                           keys.creation_order(header.created_at, header.id)), **header.stored()}
+    return {
+        **keys.indexed(
+            keys.batch(header.id),
+            keys.account_batches(header.account_id),
+            keys.creation_order(header.created_at, header.id),
+        ),
+        **header.stored(),
+    }
 
 
 def put(header: BatchHeader) -> bool:
@@ -41,13 +47,16 @@ def put(header: BatchHeader) -> bool:
 
     Returns False, writing nothing, when a batch with that id exists already (idempotent create).
     """
-    return conditional(handle().put_item, Item=_record(header),
-                       ConditionExpression="attribute_not_exists(PK)") is not None
+    return (
+        conditional(handle().put_item, Item=_record(header), ConditionExpression="attribute_not_exists(PK)")
+        is not None
+    )
 
 
 @retry_conflicts
-def create_limited(header: BatchHeader, *, max_active: int | None, max_per_minute: int | None,
-                   at: int | None = None) -> bool:
+def create_limited(
+    header: BatchHeader, *, max_active: int | None, max_per_minute: int | None, at: int | None = None
+) -> bool:
     """Store a new batch header and count it against its account, in one transaction.
 
     The header (with `active_counted`) is written only if the account has fewer than `max_active`
@@ -59,8 +68,10 @@ def create_limited(header: BatchHeader, *, max_active: int | None, max_per_minut
     at = now() if at is None else at
     minute = at - at % 60
     counted = header.model_copy(update={"active_counted": True})
-    actions = [{"Put": {"Item": _record(counted), "ConditionExpression": "attribute_not_exists(PK)"}},
-               accounts.count_active(header.account_id, max_active)]
+    actions = [
+        {"Put": {"Item": _record(counted), "ConditionExpression": "attribute_not_exists(PK)"}},
+        accounts.count_active(header.account_id, max_active),
+    ]
     if max_per_minute is not None:
         actions.append(accounts.count_creation(header.account_id, minute, max_per_minute))
     failed = transact(actions)
@@ -81,8 +92,14 @@ def get(batch_id: str, *, consistent: bool = True) -> BatchHeader | None:
     return BatchHeader.model_validate(item) if item else None
 
 
-def transition(batch_id: str, target: BatchStatus, *, changes: BatchChanges | None = None,
-               all_shards_done: bool = False, at: int | None = None) -> BatchHeader | None:
+def transition(
+    batch_id: str,
+    target: BatchStatus,
+    *,
+    changes: BatchChanges | None = None,
+    all_shards_done: bool = False,
+    at: int | None = None,
+) -> BatchHeader | None:
     """Move a batch to `target` if its status is an allowed source (and, with `all_shards_done`,
     `shards_done = shards_total`), writing `changes` too.
 
@@ -100,9 +117,13 @@ def transition(batch_id: str, target: BatchStatus, *, changes: BatchChanges | No
     condition = f"#status IN ({', '.join(f':s{i}' for i in range(len(sources)))})"
     if all_shards_done:
         condition = f"({condition}) AND (shards_done = shards_total)"
-    update = {"Key": keys.batch(batch_id), "UpdateExpression": f"SET #status = :target, {expression}",
-              "ConditionExpression": condition, "ExpressionAttributeNames": names,
-              "ExpressionAttributeValues": values}
+    update = {
+        "Key": keys.batch(batch_id),
+        "UpdateExpression": f"SET #status = :target, {expression}",
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
     if is_terminal(target):
         header = get(batch_id)
         if header is not None and header.active_counted:
@@ -128,9 +149,15 @@ def update(batch_id: str, changes: BatchChanges, *, status: BatchStatus | None =
     condition = "attribute_exists(PK)"
     if status is not None:
         names["#status"], values[":status"], condition = "status", status.value, "#status = :status"
-    result = conditional(handle().update_item, Key=keys.batch(batch_id), UpdateExpression=f"SET {expression}",
-                         ConditionExpression=condition, ExpressionAttributeNames=names,
-                         ExpressionAttributeValues=values, ReturnValues="ALL_NEW")
+    result = conditional(
+        handle().update_item,
+        Key=keys.batch(batch_id),
+        UpdateExpression=f"SET {expression}",
+        ConditionExpression=condition,
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=values,
+        ReturnValues="ALL_NEW",
+    )
     return None if result is None else BatchHeader.model_validate(result["Attributes"])
 
 
@@ -147,18 +174,26 @@ def page(account_id: str, *, limit: int, after: str | None = None) -> tuple[list
             return [], False
         start = keys.index_position(anchor)
     found, has_more = read_page(
-        table.query, limit=limit, start=start, keep=lambda item: item["PK"].startswith(keys.BATCH_PREFIX),
-        IndexName="GSI1", KeyConditionExpression="GSI1PK = :pk", ScanIndexForward=False, Limit=limit + 1,
-        ExpressionAttributeValues={":pk": keys.account_batches(account_id)})
+        table.query,
+        limit=limit,
+        start=start,
+        keep=lambda item: item["PK"].startswith(keys.BATCH_PREFIX),
+        IndexName="GSI1",
+        KeyConditionExpression="GSI1PK = :pk",
+        ScanIndexForward=False,
+        Limit=limit + 1,
+        ExpressionAttributeValues={":pk": keys.account_batches(account_id)},
+    )
     return [BatchHeader.model_validate(item) for item in found], has_more
 
 
 def scan_open() -> Iterator[BatchHeader]:
     """Every non-terminal batch header (for the sweeper), in no particular order."""
     placeholders = {f":o{i}": status.value for i, status in enumerate(OPEN_STATUSES)}
-    for item in items(handle().scan,
-                      FilterExpression=f"SK = :meta AND begins_with(PK, :batch) AND "
-                                       f"#status IN ({', '.join(placeholders)})",
-                      ExpressionAttributeNames={"#status": "status"},
-                      ExpressionAttributeValues={":meta": keys.META, ":batch": keys.BATCH_PREFIX, **placeholders}):
+    for item in items(
+        handle().scan,
+        FilterExpression=f"SK = :meta AND begins_with(PK, :batch) AND #status IN ({', '.join(placeholders)})",
+        ExpressionAttributeNames={"#status": "status"},
+        ExpressionAttributeValues={":meta": keys.META, ":batch": keys.BATCH_PREFIX, **placeholders},
+    ):
         yield BatchHeader.model_validate(item)

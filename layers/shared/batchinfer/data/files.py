@@ -10,9 +10,16 @@ from batchinfer.data.table import handle, read_page
 def put(record: FileRecord) -> None:
     """Store (or overwrite: the aggregator writes a result file's record again when it runs again) a
     file record."""
-    handle().put_item(Item={**keys.indexed(keys.file(record.id), keys.account_files(record.account_id),
-                                           keys.creation_order(record.created_at, record.id)),
-                            **record.stored()})
+    handle().put_item(
+        Item={
+            **keys.indexed(
+                keys.file(record.id),
+                keys.account_files(record.account_id),
+                keys.creation_order(record.created_at, record.id),
+            ),
+            **record.stored(),
+        }
+    )
 
 
 def get(file_id: str) -> FileRecord | None:
@@ -26,15 +33,25 @@ def delete(file_id: str) -> None:
     handle().delete_item(Key=keys.file(file_id))
 
 
-def page(account_id: str, *, limit: int, after: str | None = None, purpose: str | None = None,
-         newest_first: bool = True) -> tuple[list[FileRecord], bool]:
+def page(
+    account_id: str,
+    *,
+    limit: int,
+    after: str | None = None,
+    purpose: str | None = None,
+    newest_first: bool = True,
+) -> tuple[list[FileRecord], bool]:
     """An account's files in creation order: (`limit` records after file `after`, has_more).
 
     `purpose` keeps only files of that purpose. A file `after` that the account does not own gives
     an empty page.
     """
     values = {":pk": keys.account_files(account_id)}
-    query = {"IndexName": "GSI1", "KeyConditionExpression": "GSI1PK = :pk", "ScanIndexForward": not newest_first}
+    query = {
+        "IndexName": "GSI1",
+        "KeyConditionExpression": "GSI1PK = :pk",
+        "ScanIndexForward": not newest_first,
+    }
     if purpose is not None:
         query["FilterExpression"] = "purpose = :purpose"
         values[":purpose"] = purpose
@@ -45,5 +62,7 @@ def page(account_id: str, *, limit: int, after: str | None = None, purpose: str 
         if anchor is None or anchor.get("account_id") != account_id:
             return [], False
         start = keys.index_position(anchor)
-    found, has_more = read_page(table.query, limit=limit, start=start, ExpressionAttributeValues=values, **query)
+    found, has_more = read_page(
+        table.query, limit=limit, start=start, ExpressionAttributeValues=values, **query
+    )
     return [FileRecord.model_validate(item) for item in found], has_more

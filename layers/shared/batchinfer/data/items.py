@@ -81,8 +81,11 @@ class BatchHeader(Item):
     output_prefix: str = Field(description="key prefix of output.jsonl / error.jsonl")
     output_where: str = ""
     active_counted: bool | None = Field(None, description="True: counted in the account's active batches")
-    sealed: bool | None = Field(None, description="True once the aggregator fixed the final status; "
-                                                  "absent before (shard commits require that)")
+    sealed: bool | None = Field(
+        None,
+        description="True once the aggregator fixed the final status; "
+        "absent before (shard commits require that)",
+    )
     final_status: BatchStatus | None = Field(None, description="the terminal status a sealed batch ends in")
     progress_at: int | None = Field(None, description="time of the last shard commit")
 
@@ -196,8 +199,9 @@ class Account(Item):
     """An account's settings. `None` limits mean the deployment's defaults (Settings)."""
 
     account_id: str
-    allowed_buckets: list[str] = Field(default_factory=list,
-                                       description="`s3://bucket` / `cos://bucket` the account may use")
+    allowed_buckets: list[str] = Field(
+        default_factory=list, description="`s3://bucket` / `cos://bucket` the account may use"
+    )
     max_active_batches: int | None = Field(None, ge=1)
     max_creates_per_minute: int | None = Field(None, ge=1)
     created_at: int | None = Field(None, description="None: the account has no settings item")

@@ -100,6 +100,7 @@ def rate_counter(account_id: str, minute: int) -> Key:
 
 # ---- GSI1 -------------------------------------------------------------------------------------------
 
+
 def account_batches(account_id: str) -> str:
     """The GSI1 partition of an account's batch headers."""
     return account_partition(account_id)

@@ -80,13 +80,14 @@ def parse(uri: str, scheme: Scheme, *, prefix: bool = False) -> Location:
     if not uri.startswith(head):
         example = "s3://bucket/key" if scheme == "s3" else "cos://bucket.region/key"
         raise InvalidPath(f"expected a {scheme}:// path such as {example!r}, got {uri[:80]!r}")
-    host, _, key = uri[len(head):].partition("/")
+    host, _, key = uri[len(head) :].partition("/")
     region = None
     if scheme == "cos":
         bucket, _, region = host.partition(".")
         if not _REGION.match(region):
-            raise InvalidPath(f"cos:// paths name the bucket and its region, 'cos://bucket.region/key'; "
-                              f"got host {host!r}")
+            raise InvalidPath(
+                f"cos:// paths name the bucket and its region, 'cos://bucket.region/key'; got host {host!r}"
+            )
         pattern = _COS_BUCKET
     else:
         bucket, pattern = host, _S3_BUCKET
@@ -108,13 +109,21 @@ def _cos_client(region: str, endpoint: str, style: str, secret: str) -> Any:
         from aws_lambda_powertools.utilities import parameters
 
         value = parameters.get_secret(secret, transform="json", max_age=300)
-        credentials = {"aws_access_key_id": value["access_key_id"],
-                       "aws_secret_access_key": value["secret_access_key"]}
+        credentials = {
+            "aws_access_key_id": value["access_key_id"],
+            "aws_secret_access_key": value["secret_access_key"],
+        }
     return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint.format(region=region), region_name=region,
-        config=Config(s3={"addressing_style": style}, signature_version="s3v4",
-                      retries={"mode": "standard", "max_attempts": 5}),
-        **credentials)
+        "s3",
+        endpoint_url=endpoint.format(region=region),
+        region_name=region,
+        config=Config(
+            s3={"addressing_style": style},
+            signature_version="s3v4",
+            retries={"mode": "standard", "max_attempts": 5},
+        ),
+        **credentials,
+    )
 
 
 def s3_client(where: str | None = None) -> Any:
@@ -128,8 +137,9 @@ def s3_client(where: str | None = None) -> Any:
     settings = get_settings()
     if kind != "cos" or not settings.cos_endpoint_url:
         raise InvalidPath("cos:// paths are not enabled on this deployment (COS_ENDPOINT_URL is not set)")
-    return _cos_client(region, settings.cos_endpoint_url, settings.cos_addressing_style,
-                       settings.cos_credentials_secret)
+    return _cos_client(
+        region, settings.cos_endpoint_url, settings.cos_addressing_style, settings.cos_credentials_secret
+    )
 
 
 def check_readable(location: Location) -> int:
@@ -140,8 +150,9 @@ def check_readable(location: Location) -> int:
         code = error.response.get("Error", {}).get("Code", "Unknown")
         raise Unavailable(code, f"{location.uri()} cannot be read ({code})") from None
     except BotoCoreError as error:
-        raise Unavailable("EndpointError",
-                          f"{location.uri()} cannot be read ({type(error).__name__})") from None
+        raise Unavailable(
+            "EndpointError", f"{location.uri()} cannot be read ({type(error).__name__})"
+        ) from None
     return int(head["ContentLength"])
 
 
@@ -153,8 +164,9 @@ def check_bucket(location: Location) -> None:
         code = error.response.get("Error", {}).get("Code", "Unknown")
         raise Unavailable(code, f"bucket {location.bucket_ref} cannot be used ({code})") from None
     except BotoCoreError as error:
-        raise Unavailable("EndpointError", f"bucket {location.bucket_ref} cannot be used "
-                                           f"({type(error).__name__})") from None
+        raise Unavailable(
+            "EndpointError", f"bucket {location.bucket_ref} cannot be used ({type(error).__name__})"
+        ) from None
 
 
 def located(where: str | None, bucket: str, key: str) -> Location:

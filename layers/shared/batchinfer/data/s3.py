@@ -23,8 +23,12 @@ from batchinfer.data.locations import s3_client
 
 CHUNK_BYTES = 1024 * 1024
 # 8 MiB parts: above S3's 5 MiB multipart minimum, and bounded memory (s3transfer queues a few).
-_TRANSFER = TransferConfig(multipart_threshold=8 * 1024 * 1024, multipart_chunksize=8 * 1024 * 1024,
-                           max_concurrency=4, use_threads=True)
+_TRANSFER = TransferConfig(
+    multipart_threshold=8 * 1024 * 1024,
+    multipart_chunksize=8 * 1024 * 1024,
+    max_concurrency=4,
+    use_threads=True,
+)
 
 
 def shard_key(batch_id: str, shard: int) -> str:
@@ -36,8 +40,9 @@ def result_key(batch_id: str, shard: int, start: int) -> str:
     return f"batches/{batch_id}/results/{shard:05d}.{start:05d}.jsonl"
 
 
-def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None,
-                where: str | None = None) -> Iterator[bytes]:
+def iter_chunks(
+    bucket: str, key: str, *, start: int = 0, end: int | None = None, where: str | None = None
+) -> Iterator[bytes]:
     """The bytes of an object (or of the range `[start, end)`) in chunks of about 1 MiB.
 
     Raises botocore `ClientError` (`NoSuchKey`, `AccessDenied`) when the object can't be read.
@@ -54,8 +59,9 @@ def iter_chunks(bucket: str, key: str, *, start: int = 0, end: int | None = None
         body.close()
 
 
-def iter_ranges(bucket: str, ranges: Iterable[tuple[str, int, int]], *, ahead: int = 4,
-                where: str | None = None) -> Iterator[bytes]:
+def iter_ranges(
+    bucket: str, ranges: Iterable[tuple[str, int, int]], *, ahead: int = 4, where: str | None = None
+) -> Iterator[bytes]:
     """The bytes of each `(key, start, end)` range of `bucket`, in order, up to `ahead` GETs at once.
 
     For many small objects (the result parts of a batch) S3's latency, not its bandwidth, is the
@@ -85,11 +91,19 @@ def get_bytes(bucket: str, key: str, *, where: str | None = None) -> bytes:
     return s3_client(where).get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
-def put_bytes(bucket: str, key: str, data: bytes, content_type: str = "application/jsonl", *,
-              where: str | None = None, metadata: dict[str, str] | None = None) -> None:
+def put_bytes(
+    bucket: str,
+    key: str,
+    data: bytes,
+    content_type: str = "application/jsonl",
+    *,
+    where: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> None:
     """One PUT of a small object, with optional user metadata (`x-amz-meta-*`)."""
-    s3_client(where).put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type,
-                                Metadata=metadata or {})
+    s3_client(where).put_object(
+        Bucket=bucket, Key=key, Body=data, ContentType=content_type, Metadata=metadata or {}
+    )
 
 
 def head_metadata(bucket: str, key: str) -> dict[str, str] | None:
@@ -126,17 +140,29 @@ class _IterReader(io.RawIOBase):
         return size
 
 
-def upload_stream(bucket: str, key: str, chunks: Iterable[bytes], content_type: str = "application/jsonl", *,
-                  where: str | None = None) -> int:
+def upload_stream(
+    bucket: str,
+    key: str,
+    chunks: Iterable[bytes],
+    content_type: str = "application/jsonl",
+    *,
+    where: str | None = None,
+) -> int:
     """Stream chunks into one object (multipart above 8 MiB, by s3transfer). Returns bytes written."""
     reader = _IterReader(chunks)
-    s3_client(where).upload_fileobj(io.BufferedReader(reader, CHUNK_BYTES), bucket, key,
-                                ExtraArgs={"ContentType": content_type}, Config=_TRANSFER)
+    s3_client(where).upload_fileobj(
+        io.BufferedReader(reader, CHUNK_BYTES),
+        bucket,
+        key,
+        ExtraArgs={"ContentType": content_type},
+        Config=_TRANSFER,
+    )
     return reader.total
 
 
-def presigned_get(bucket: str, key: str, *, expires_in: int = 900, filename: str | None = None,
-                  where: str | None = None) -> str:
+def presigned_get(
+    bucket: str, key: str, *, expires_in: int = 900, filename: str | None = None, where: str | None = None
+) -> str:
     """A short-lived (`expires_in` seconds) download URL for an object."""
     params: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if filename:

@@ -17,8 +17,14 @@ from batchinfer.data.table import conditional, handle, items, now, retry_conflic
 def put(batch_id: str, shard: Shard) -> bool:
     """Create a shard item unless it exists: a repeated prepare must not reset a shard that has run.
     Returns False (writing nothing) when it existed."""
-    return conditional(handle().put_item, Item={**keys.shard(batch_id, shard.shard), **shard.stored()},
-                       ConditionExpression="attribute_not_exists(PK)") is not None
+    return (
+        conditional(
+            handle().put_item,
+            Item={**keys.shard(batch_id, shard.shard), **shard.stored()},
+            ConditionExpression="attribute_not_exists(PK)",
+        )
+        is not None
+    )
 
 
 def get(batch_id: str, shard_no: int) -> Shard | None:
@@ -29,9 +35,12 @@ def get(batch_id: str, shard_no: int) -> Shard | None:
 
 def query(batch_id: str) -> Iterator[Shard]:
     """A batch's shards in shard order (consistent reads)."""
-    for item in items(handle().query, KeyConditionExpression="PK = :pk AND begins_with(SK, :shard)",
-                      ConsistentRead=True,
-                      ExpressionAttributeValues={":pk": keys.batch_partition(batch_id), ":shard": keys.SHARD_PREFIX}):
+    for item in items(
+        handle().query,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :shard)",
+        ConsistentRead=True,
+        ExpressionAttributeValues={":pk": keys.batch_partition(batch_id), ":shard": keys.SHARD_PREFIX},
+    ):
         yield Shard.model_validate(item)
 
 
@@ -44,34 +53,62 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
     """
     at = now()
     result = conditional(
-        handle().update_item, Key=keys.shard(batch_id, shard_no),
+        handle().update_item,
+        Key=keys.shard(batch_id, shard_no),
         UpdateExpression="SET lease_owner = :owner, lease_until = :until, attempts = attempts + :one",
         ConditionExpression="#state = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
         ExpressionAttributeNames={"#state": "state"},
-        ExpressionAttributeValues={":owner": owner, ":until": at + lease_seconds, ":one": 1, ":pending": "pending",
-                                   ":now": at},
-        ReturnValues="ALL_NEW")
+        ExpressionAttributeValues={
+            ":owner": owner,
+            ":until": at + lease_seconds,
+            ":one": 1,
+            ":pending": "pending",
+            ":now": at,
+        },
+        ReturnValues="ALL_NEW",
+    )
     return None if result is None else Shard.model_validate(result["Attributes"])
 
 
 def release(batch_id: str, shard_no: int, *, owner: str) -> bool:
     """Give up `owner`'s lease early (continuations), so the next message can claim the shard at once.
     Returns False when `owner` does not hold it (nothing changed)."""
-    return conditional(handle().update_item, Key=keys.shard(batch_id, shard_no),
-                       UpdateExpression="REMOVE lease_until", ConditionExpression="lease_owner = :owner",
-                       ExpressionAttributeValues={":owner": owner}) is not None
+    return (
+        conditional(
+            handle().update_item,
+            Key=keys.shard(batch_id, shard_no),
+            UpdateExpression="REMOVE lease_until",
+            ConditionExpression="lease_owner = :owner",
+            ExpressionAttributeValues={":owner": owner},
+        )
+        is not None
+    )
 
 
 def bump_redrives(batch_id: str, shard_no: int) -> int:
     """Count one more re-drive of a stuck shard by the sweeper; returns the new count."""
-    result = handle().update_item(Key=keys.shard(batch_id, shard_no), UpdateExpression="ADD redrives :one",
-                                  ExpressionAttributeValues={":one": 1}, ReturnValues="UPDATED_NEW")
+    result = handle().update_item(
+        Key=keys.shard(batch_id, shard_no),
+        UpdateExpression="ADD redrives :one",
+        ExpressionAttributeValues={":one": 1},
+        ReturnValues="UPDATED_NEW",
+    )
     return int(result["Attributes"]["redrives"])
 
 
 @retry_conflicts
-def commit(batch_id: str, shard_no: int, part: ResultPart, *, size: int, completed: int, failed: int,
-           input_tokens: int, output_tokens: int, keep_lease: bool = False) -> bool:
+def commit(
+    batch_id: str,
+    shard_no: int,
+    part: ResultPart,
+    *,
+    size: int,
+    completed: int,
+    failed: int,
+    input_tokens: int,
+    output_tokens: int,
+    keep_lease: bool = False,
+) -> bool:
     """Record requests `[part.start, part.end)` of a shard of `size` requests as done, with their counts
     in the batch header, in one transaction.
 
@@ -86,26 +123,44 @@ def commit(batch_id: str, shard_no: int, part: ResultPart, *, size: int, complet
     at = now()
     shard_update = {
         "Key": keys.shard(batch_id, shard_no),
-        "UpdateExpression": ("SET next_index = :end, parts = list_append(parts, :part), #state = :state, "
-                             "completed = completed + :c, failed = failed + :f, updated_at = :now"
-                             + ("" if keep_lease else " REMOVE lease_until")),
+        "UpdateExpression": (
+            "SET next_index = :end, parts = list_append(parts, :part), #state = :state, "
+            "completed = completed + :c, failed = failed + :f, updated_at = :now"
+            + ("" if keep_lease else " REMOVE lease_until")
+        ),
         "ConditionExpression": "#state = :pending AND next_index = :start",
         "ExpressionAttributeNames": {"#state": "state"},
-        "ExpressionAttributeValues": {":end": part.end, ":part": [part.model_dump(mode="json")],
-                                      ":state": "done" if done else "pending", ":c": completed, ":f": failed,
-                                      ":now": at, ":pending": "pending", ":start": part.start},
+        "ExpressionAttributeValues": {
+            ":end": part.end,
+            ":part": [part.model_dump(mode="json")],
+            ":state": "done" if done else "pending",
+            ":c": completed,
+            ":f": failed,
+            ":now": at,
+            ":pending": "pending",
+            ":start": part.start,
+        },
     }
     header_update = {
         "Key": keys.batch(batch_id),
-        "UpdateExpression": ("SET request_counts.completed = request_counts.completed + :c, "
-                             "request_counts.failed = request_counts.failed + :f, "
-                             "#usage.input_tokens = #usage.input_tokens + :in, "
-                             "#usage.output_tokens = #usage.output_tokens + :out, "
-                             "#usage.total_tokens = #usage.total_tokens + :tot, "
-                             "shards_done = shards_done + :d, progress_at = :now"),
+        "UpdateExpression": (
+            "SET request_counts.completed = request_counts.completed + :c, "
+            "request_counts.failed = request_counts.failed + :f, "
+            "#usage.input_tokens = #usage.input_tokens + :in, "
+            "#usage.output_tokens = #usage.output_tokens + :out, "
+            "#usage.total_tokens = #usage.total_tokens + :tot, "
+            "shards_done = shards_done + :d, progress_at = :now"
+        ),
         "ConditionExpression": "attribute_not_exists(sealed)",
         "ExpressionAttributeNames": {"#usage": "usage"},
-        "ExpressionAttributeValues": {":c": completed, ":f": failed, ":in": input_tokens, ":out": output_tokens,
-                                      ":tot": input_tokens + output_tokens, ":d": 1 if done else 0, ":now": at},
+        "ExpressionAttributeValues": {
+            ":c": completed,
+            ":f": failed,
+            ":in": input_tokens,
+            ":out": output_tokens,
+            ":tot": input_tokens + output_tokens,
+            ":d": 1 if done else 0,
+            ":now": at,
+        },
     }
     return not transact([{"Update": shard_update}, {"Update": header_update}])

@@ -51,9 +51,12 @@ class TransactionConflict(Exception):
 
 # The one retry policy of transactions. Retrying.wraps copies the policy on every call, so a test
 # may change its `wait` or `sleep`.
-CONFLICT_RETRY = Retrying(retry=retry_if_exception_type(TransactionConflict),
-                          stop=stop_after_attempt(CONFLICT_ATTEMPTS),
-                          wait=wait_random_exponential(multiplier=0.02, max=1.0), reraise=True)
+CONFLICT_RETRY = Retrying(
+    retry=retry_if_exception_type(TransactionConflict),
+    stop=stop_after_attempt(CONFLICT_ATTEMPTS),
+    wait=wait_random_exponential(multiplier=0.02, max=1.0),
+    reraise=True,
+)
 
 
 def retry_conflicts(function: F) -> F:
@@ -87,7 +90,9 @@ def transact(actions: list[dict[str, Any]], *, table: Table | None = None) -> se
     and no condition failed; other errors (and cancellations for other reasons) are raised.
     """
     table = handle(table)
-    items = [{kind: {"TableName": table.name, **params}} for action in actions for kind, params in action.items()]
+    items = [
+        {kind: {"TableName": table.name, **params}} for action in actions for kind, params in action.items()
+    ]
     try:
         table.meta.client.transact_write_items(TransactItems=items)
     except ClientError as error:
@@ -114,9 +119,14 @@ def items(operation: Callable[..., dict[str, Any]], **params: Any) -> Iterator[d
         params = {**params, "ExclusiveStartKey": page["LastEvaluatedKey"]}
 
 
-def read_page(operation: Callable[..., dict[str, Any]], *, limit: int, start: dict[str, Any] | None = None,
-         keep: Callable[[dict[str, Any]], bool] = lambda item: True,
-         **params: Any) -> tuple[list[dict[str, Any]], bool]:
+def read_page(
+    operation: Callable[..., dict[str, Any]],
+    *,
+    limit: int,
+    start: dict[str, Any] | None = None,
+    keep: Callable[[dict[str, Any]], bool] = lambda item: True,
+    **params: Any,
+) -> tuple[list[dict[str, Any]], bool]:
     """Up to `limit` items of a query that `keep` accepts, from after `start` (an `ExclusiveStartKey`),
     and whether more follow: `(items, has_more)`. Reads one item past `limit` to know."""
     if start is not None:
@@ -125,7 +135,9 @@ def read_page(operation: Callable[..., dict[str, Any]], *, limit: int, start: di
     return found[:limit], len(found) > limit
 
 
-def assignments(changes: Mapping[str, Any], *, prefix: str = "u") -> tuple[str, dict[str, str], dict[str, Any]]:
+def assignments(
+    changes: Mapping[str, Any], *, prefix: str = "u"
+) -> tuple[str, dict[str, str], dict[str, Any]]:
     """`#u0 = :u0, #u1 = :u1, ...` (no `SET`) for `changes` (attribute name -> value), with its
     ExpressionAttributeNames and ExpressionAttributeValues; `prefix` keeps them apart from the caller's."""
     names = {f"#{prefix}{i}": name for i, name in enumerate(changes)}

@@ -21,14 +21,19 @@ def get(upload_id: str) -> UploadRecord | None:
     return UploadRecord.model_validate(item) if item else None
 
 
-def finish(upload_id: str, status: Literal["completed", "cancelled"], *,
-           file: FileObject | None = None) -> UploadRecord | None:
+def finish(
+    upload_id: str, status: Literal["completed", "cancelled"], *, file: FileObject | None = None
+) -> UploadRecord | None:
     """Move a `pending` upload to `status`, with the `file` it became; the new record, or None when it
     was not pending (or does not exist)."""
     expression, names, values = assignments({"file": file.model_dump(mode="json")} if file else {})
     result = conditional(
-        handle().update_item, Key=keys.upload(upload_id),
+        handle().update_item,
+        Key=keys.upload(upload_id),
         UpdateExpression="SET #status = :status" + (f", {expression}" if expression else ""),
-        ConditionExpression="#status = :pending", ExpressionAttributeNames={"#status": "status", **names},
-        ExpressionAttributeValues={":status": status, ":pending": "pending", **values}, ReturnValues="ALL_NEW")
+        ConditionExpression="#status = :pending",
+        ExpressionAttributeNames={"#status": "status", **names},
+        ExpressionAttributeValues={":status": status, ":pending": "pending", **values},
+        ReturnValues="ALL_NEW",
+    )
     return None if result is None else UploadRecord.model_validate(result["Attributes"])

@@ -26,10 +26,10 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from batchinfer.backends import load_registry
-from batchinfer.wire.kserve import DATATYPE, INPUT_NAME, OUTPUT_NAME, InferError, load_json
-from batchinfer.infer.service import infer, model_limits, token_backend
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
+from batchinfer.infer.service import infer, model_limits, token_backend
+from batchinfer.wire.kserve import DATATYPE, INPUT_NAME, OUTPUT_NAME, InferError, load_json
 
 app = APIGatewayHttpResolver()
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from batchinfer.core import chaos, ids
+from batchinfer.core.observability import logger
+from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.table import now
-from batchinfer.core.observability import logger
-from batchinfer.wire.openai import result_line_bytes
-from batchinfer.core.settings import get_settings
-from batchinfer.wire.status import BatchStatus, is_terminal
 from batchinfer.pipeline.worker import parse_shard
+from batchinfer.wire.openai import result_line_bytes
+from batchinfer.wire.status import BatchStatus, is_terminal
 
 _NEVER_RAN = {
     BatchStatus.CANCELLED: ("batch_cancelled", "The batch was cancelled before this request ran."),
@@ -33,19 +33,27 @@ def _seal(header: BatchHeader) -> BatchHeader | None:
     if status == BatchStatus.FINALIZING or (status == BatchStatus.CANCELLING and header.sealed):
         return header  # a repeated or resumed run
     if status == BatchStatus.CANCELLING:
-        return batches.update(batch_id, BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED),
-                              status=BatchStatus.CANCELLING)
+        return batches.update(
+            batch_id,
+            BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED),
+            status=BatchStatus.CANCELLING,
+        )
     if status == BatchStatus.IN_PROGRESS and header.shards_done >= header.shards_total:
-        return batches.transition(batch_id, BatchStatus.FINALIZING, all_shards_done=True,
-                                  changes=BatchChanges(sealed=True, final_status=BatchStatus.COMPLETED))
+        return batches.transition(
+            batch_id,
+            BatchStatus.FINALIZING,
+            all_shards_done=True,
+            changes=BatchChanges(sealed=True, final_status=BatchStatus.COMPLETED),
+        )
     return None
 
 
 def _result_parts(bucket: str, shards: list[Shard], errors: bool) -> Iterator[bytes]:
     # Each part holds its successes, then its failures; several parts are fetched at once.
     parts = (part for shard in shards for part in shard.parts)
-    return s3.iter_ranges(bucket, ((p.key, p.output_bytes, p.bytes) if errors
-                                        else (p.key, 0, p.output_bytes) for p in parts))
+    return s3.iter_ranges(
+        bucket, ((p.key, p.output_bytes, p.bytes) if errors else (p.key, 0, p.output_bytes) for p in parts)
+    )
 
 
 def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStatus) -> Iterator[bytes]:
@@ -53,10 +61,15 @@ def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStat
     for shard in shards:
         if shard.next_index >= shard.size:
             continue
-        for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index:]:
-            yield result_line_bytes(line_id=ids.request_id(batch_id, request.line),
-                                    custom_id=request.custom_id, status_code=None, request_id=None, body=None,
-                                    error={"code": code, "message": message})
+        for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]:
+            yield result_line_bytes(
+                line_id=ids.request_id(batch_id, request.line),
+                custom_id=request.custom_id,
+                status_code=None,
+                request_id=None,
+                body=None,
+                error={"code": code, "message": message},
+            )
 
 
 class _LineCounter:
@@ -78,9 +91,20 @@ def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tupl
     if not counter.lines:
         return None, 0
     file_id = ids.result_file_id(header.id, kind)
-    files.put(FileRecord(id=file_id, bytes=size, created_at=now(), filename=f"{header.id}_{kind}.jsonl",
-                         purpose="batch_output", status="processed", account_id=header.account_id, bucket=bucket,
-                         key=key, where=where))
+    files.put(
+        FileRecord(
+            id=file_id,
+            bytes=size,
+            created_at=now(),
+            filename=f"{header.id}_{kind}.jsonl",
+            purpose="batch_output",
+            status="processed",
+            account_id=header.account_id,
+            bucket=bucket,
+            key=key,
+            where=where,
+        )
+    )
     return file_id, counter.lines
 
 
@@ -97,7 +121,9 @@ def finalize_batch(batch_id: str) -> str:
     final = BatchStatus(sealed.final_status)
     # A batch cancelled while validating never ran: shard items prepare may have written don't count.
     found = list(shards.query(batch_id)) if sealed.in_progress_at else []
-    output_id, completed = _write_file(sealed, "output", _result_parts(settings.bucket_name, found, errors=False))
+    output_id, completed = _write_file(
+        sealed, "output", _result_parts(settings.bucket_name, found, errors=False)
+    )
     chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
@@ -109,6 +135,9 @@ def finalize_batch(batch_id: str) -> str:
     counts = {"total": completed + failed, "completed": completed, "failed": failed}
     if final == BatchStatus.COMPLETED and counts["total"] != sealed.request_counts.total:
         logger.error("result lines differ from the input's requests", extra={"batch_id": batch_id, **counts})
-    done = batches.transition(batch_id, final, changes=BatchChanges(
-        output_file_id=output_id, error_file_id=error_id, request_counts=counts))
+    done = batches.transition(
+        batch_id,
+        final,
+        changes=BatchChanges(output_file_id=output_id, error_file_id=error_id, request_counts=counts),
+    )
     return final.value if done else "skipped"

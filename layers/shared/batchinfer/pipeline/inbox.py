@@ -12,15 +12,15 @@ from urllib.parse import unquote_plus
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 
 from batchinfer.core import ids
+from batchinfer.core.settings import get_settings
 from batchinfer.pipeline import intake
 from batchinfer.wire.openai import CHAT_ENDPOINT
-from batchinfer.core.settings import get_settings
 
 
 def outbox_prefix(key: str) -> str:
     """`inbox/a/b.jsonl` -> `outbox/a/b/`."""
     settings = get_settings()
-    relative = key[len(settings.inbox_prefix):] if key.startswith(settings.inbox_prefix) else key
+    relative = key[len(settings.inbox_prefix) :] if key.startswith(settings.inbox_prefix) else key
     return f"{settings.outbox_prefix}{relative.removesuffix('.jsonl')}/"
 
 
@@ -38,8 +38,15 @@ def start_from_record(record: S3EventRecord) -> str | None:
         return None
     version = obj.version_id or obj.etag or obj.sequencer or ""
     batch_id = ids.batch_id_for_object(bucket, key, version)
-    intake.create_batch(batch_id=batch_id, account_id=settings.inbox_account_id,
-                        input_file_id=f"s3://{bucket}/{key}", input_bucket=bucket, input_key=key,
-                        endpoint=CHAT_ENDPOINT, completion_window="24h",
-                        output_bucket=bucket, output_prefix=outbox_prefix(key))
+    intake.create_batch(
+        batch_id=batch_id,
+        account_id=settings.inbox_account_id,
+        input_file_id=f"s3://{bucket}/{key}",
+        input_bucket=bucket,
+        input_key=key,
+        endpoint=CHAT_ENDPOINT,
+        completion_window="24h",
+        output_bucket=bucket,
+        output_prefix=outbox_prefix(key),
+    )
     return batch_id

@@ -10,14 +10,29 @@ from batchinfer.wire.openai import InputSource, OutputTarget, window_hours
 from batchinfer.wire.status import BatchStatus
 
 
-def create_batch(*, batch_id: str, account_id: str, input_file_id: str, input_bucket: str, input_key: str,
-                 endpoint: str, completion_window: str, metadata: dict[str, str] | None = None,
-                 name: str | None = None, output_bucket: str | None = None,
-                 output_prefix: str | None = None, input_where: str = "", output_where: str = "",
-                 input_source: InputSource | None = None, output_target: OutputTarget | None = None,
-                 output_user_s3_path: str | None = None, output_user_cos_path: str | None = None,
-                 max_active: int | None = None, max_per_minute: int | None = None,
-                 at: int | None = None) -> BatchHeader:
+def create_batch(
+    *,
+    batch_id: str,
+    account_id: str,
+    input_file_id: str,
+    input_bucket: str,
+    input_key: str,
+    endpoint: str,
+    completion_window: str,
+    metadata: dict[str, str] | None = None,
+    name: str | None = None,
+    output_bucket: str | None = None,
+    output_prefix: str | None = None,
+    input_where: str = "",
+    output_where: str = "",
+    input_source: InputSource | None = None,
+    output_target: OutputTarget | None = None,
+    output_user_s3_path: str | None = None,
+    output_user_cos_path: str | None = None,
+    max_active: int | None = None,
+    max_per_minute: int | None = None,
+    at: int | None = None,
+) -> BatchHeader:
     """Store a batch in `validating`, count it against its account and hand it to prepare.
 
     Idempotent on `batch_id`. Results go to `output_bucket`/`output_prefix` (default: the service
@@ -32,15 +47,30 @@ def create_batch(*, batch_id: str, account_id: str, input_file_id: str, input_bu
     settings = get_settings()
     created_at = now() if at is None else at
     header = BatchHeader(
-        id=batch_id, account_id=account_id, endpoint=endpoint, input_file_id=input_file_id,
-        completion_window=completion_window, status=BatchStatus.VALIDATING, created_at=created_at,
-        expires_at=created_at + 3600 * window_hours(completion_window), metadata=metadata, name=name,
-        input_source=input_source, output_target=output_target, output_user_s3_path=output_user_s3_path,
-        output_user_cos_path=output_user_cos_path, input_bucket=input_bucket, input_key=input_key,
-        input_where=input_where, output_bucket=output_bucket or settings.bucket_name,
-        output_prefix=output_prefix or f"batches/{batch_id}/", output_where=output_where)
-    created = batches.create_limited(header, max_active=max_active, max_per_minute=max_per_minute,
-                                     at=created_at)
+        id=batch_id,
+        account_id=account_id,
+        endpoint=endpoint,
+        input_file_id=input_file_id,
+        completion_window=completion_window,
+        status=BatchStatus.VALIDATING,
+        created_at=created_at,
+        expires_at=created_at + 3600 * window_hours(completion_window),
+        metadata=metadata,
+        name=name,
+        input_source=input_source,
+        output_target=output_target,
+        output_user_s3_path=output_user_s3_path,
+        output_user_cos_path=output_user_cos_path,
+        input_bucket=input_bucket,
+        input_key=input_key,
+        input_where=input_where,
+        output_bucket=output_bucket or settings.bucket_name,
+        output_prefix=output_prefix or f"batches/{batch_id}/",
+        output_where=output_where,
+    )
+    created = batches.create_limited(
+        header, max_active=max_active, max_per_minute=max_per_minute, at=created_at
+    )
     stored = header.model_copy(update={"active_counted": True}) if created else batches.get(batch_id)
     assert stored is not None
     if stored.status == BatchStatus.VALIDATING:

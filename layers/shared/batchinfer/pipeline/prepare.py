@@ -23,13 +23,15 @@ from batchinfer.wire.status import BatchStatus
 
 
 def _fail(batch_id: str, errors: list[dict]) -> str:
-    batches.transition(batch_id, BatchStatus.FAILED,
-                       changes=BatchChanges(errors={"object": "list", "data": errors}))
+    batches.transition(
+        batch_id, BatchStatus.FAILED, changes=BatchChanges(errors={"object": "list", "data": errors})
+    )
     return "failed"
 
 
-def shard_lines(lines: PhysicalLineReader, validator: FileValidator,
-                shard_size: int) -> Iterator[tuple[int, int, bytes]]:
+def shard_lines(
+    lines: PhysicalLineReader, validator: FileValidator, shard_size: int
+) -> Iterator[tuple[int, int, bytes]]:
     """Validate every line and group the valid requests into shard files as the lines stream by.
 
     Yields `(first line, requests, shard bytes)` for each shard of `shard_size` requests (the last
@@ -65,17 +67,25 @@ def prepare_batch(batch_id: str) -> str:
         logger.warning("prepare: no such batch", extra={"batch_id": batch_id})
         return "skipped"
     if header.status == BatchStatus.IN_PROGRESS:
-        pending = [sqs.ShardMessage(batch_id=batch_id, shard=s.shard)
-                   for s in shards.query(batch_id) if s.state == "pending"]
+        pending = [
+            sqs.ShardMessage(batch_id=batch_id, shard=s.shard)
+            for s in shards.query(batch_id)
+            if s.state == "pending"
+        ]
         sqs.send(settings.shards_queue_url, pending)
         return "resent"
     if header.status != BatchStatus.VALIDATING:
         return "skipped"
 
     registry = load_registry(settings.model_registry)
-    validator = FileValidator(header.endpoint, registry.__contains__,
-                              max_requests=settings.max_requests_per_file, max_file_bytes=settings.max_file_bytes,
-                              max_line_bytes=settings.max_line_bytes, max_errors=settings.max_line_errors)
+    validator = FileValidator(
+        header.endpoint,
+        registry.__contains__,
+        max_requests=settings.max_requests_per_file,
+        max_file_bytes=settings.max_file_bytes,
+        max_line_bytes=settings.max_line_bytes,
+        max_errors=settings.max_line_errors,
+    )
     written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
     source = s3.iter_chunks(header.input_bucket, header.input_key, where=header.input_where)
@@ -87,17 +97,31 @@ def prepare_batch(batch_id: str) -> str:
             written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
     except ClientError as error:
         code = error.response["Error"]["Code"]
-        return _fail(batch_id, [{"code": "input_file_unavailable", "line": None, "param": "input_file_id",
-                                 "message": f"the input file could not be read ({code})"}])
+        return _fail(
+            batch_id,
+            [
+                {
+                    "code": "input_file_unavailable",
+                    "line": None,
+                    "param": "input_file_id",
+                    "message": f"the input file could not be read ({code})",
+                }
+            ],
+        )
     if validator.error_count:
         return _fail(batch_id, [e.model_dump() for e in validator.errors])
     for shard in written:
         shards.put(batch_id, shard)
-    started = batches.transition(batch_id, BatchStatus.IN_PROGRESS, changes=BatchChanges(
-        shards_total=len(written), model=validator.model,
-        request_counts={"total": validator.request_count, "completed": 0, "failed": 0}))
+    started = batches.transition(
+        batch_id,
+        BatchStatus.IN_PROGRESS,
+        changes=BatchChanges(
+            shards_total=len(written),
+            model=validator.model,
+            request_counts={"total": validator.request_count, "completed": 0, "failed": 0},
+        ),
+    )
     if started is None:
         return "skipped"  # cancelled meanwhile, or another prepare got there first
-    sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=s.shard)
-                                            for s in written])
+    sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=s.shard) for s in written])
     return "in_progress"

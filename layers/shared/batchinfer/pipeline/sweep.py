@@ -22,12 +22,24 @@ def sweep() -> dict[str, int]:
     actions = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
     for header in batches.scan_open():
         batch_id, status = header.id, header.status
-        last = max(t or 0 for t in (header.created_at, header.in_progress_at, header.progress_at,
-                                    header.finalizing_at, header.cancelling_at))
+        last = max(
+            t or 0
+            for t in (
+                header.created_at,
+                header.in_progress_at,
+                header.progress_at,
+                header.finalizing_at,
+                header.cancelling_at,
+            )
+        )
         quiet = at - last >= settings.stuck_after_seconds
         if status == BatchStatus.IN_PROGRESS and at >= header.expires_at:
-            if batches.transition(batch_id, BatchStatus.FINALIZING, at=at, changes=BatchChanges(
-                    sealed=True, final_status=BatchStatus.EXPIRED)):
+            if batches.transition(
+                batch_id,
+                BatchStatus.FINALIZING,
+                at=at,
+                changes=BatchChanges(sealed=True, final_status=BatchStatus.EXPIRED),
+            ):
                 sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
                 actions["expired"] += 1
         elif status == BatchStatus.VALIDATING and quiet:
@@ -46,12 +58,16 @@ def sweep() -> dict[str, int]:
                     continue
                 # Its messages keep dying (even before a claim, e.g. into the DLQ): give up on its rest.
                 if shards.bump_redrives(batch_id, shard.shard) > settings.max_shard_attempts:
-                    worker.fail_shard(batch_id, shard, f"The request was not processed after "
-                                                       f"{settings.max_shard_attempts} re-drives.")
+                    worker.fail_shard(
+                        batch_id,
+                        shard,
+                        f"The request was not processed after {settings.max_shard_attempts} re-drives.",
+                    )
                     actions["failed_shards"] += 1
                 else:
-                    sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id,
-                                                                                shard=shard.shard)])
+                    sqs.send(
+                        settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=shard.shard)]
+                    )
                     actions["shards"] += 1
         elif status in (BatchStatus.FINALIZING, BatchStatus.CANCELLING) and quiet:
             sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])

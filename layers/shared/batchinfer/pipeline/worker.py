@@ -22,18 +22,18 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from batchinfer.core import chaos, ids
-from batchinfer.data import batches, s3, shards, sqs
-from batchinfer.data.items import ResultPart, Shard
 from batchinfer.backends import chaos as backend_chaos
 from batchinfer.backends import load_registry
 from batchinfer.backends.base import BackendError, ChatBackend, require_utf8
 from batchinfer.backends.http import closing
 from batchinfer.backends.limiter import AIMDLimiter
+from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger
+from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, s3, shards, sqs
+from batchinfer.data.items import ResultPart, Shard
 from batchinfer.infer.service import TokenRequests
 from batchinfer.wire.openai import CHAT_ENDPOINT, result_line_bytes
-from batchinfer.core.settings import get_settings
 from batchinfer.wire.status import BatchStatus
 
 MAX_ATTEMPTS = 4
@@ -134,8 +134,11 @@ async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, 
         require_utf8(body)  # raises BackendError(400, invalid_encoding, param=<its path>)
         raise
     async for attempt in AsyncRetrying(
-            stop=_stop, wait=_wait, reraise=True,
-            retry=retry_if_exception(lambda e: isinstance(e, BackendError) and e.retryable)):
+        stop=_stop,
+        wait=_wait,
+        reraise=True,
+        retry=retry_if_exception(lambda e: isinstance(e, BackendError) and e.retryable),
+    ):
         with attempt:
             return await backend.chat_completion(body)
     raise AssertionError("unreachable")
@@ -197,8 +200,15 @@ def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
     return limiter
 
 
-async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: str, *, concurrency: int,
-                       time_left_ms: Callable[[], int], reserve_ms: int) -> list[Outcome]:
+async def run_requests(
+    backend: ChatBackend,
+    requests: list[Request],
+    batch_id: str,
+    *,
+    concurrency: int,
+    time_left_ms: Callable[[], int],
+    reserve_ms: int,
+) -> list[Outcome]:
     """Run requests, launched in input order, at most `concurrency` in flight.
 
     How many are really in flight adapts to the backend (`limiter_for`): AIMD between 1 and
@@ -222,10 +232,14 @@ async def run_requests(backend: ChatBackend, requests: list[Request], batch_id: 
             return
         except BackendError as error:
             outcomes[index] = Outcome(request, error.status_code, error.body(), request_id)
-        except Exception as error:  # noqa: BLE001 - a backend bug must cost one line, not the shard
+        except Exception as error:
             logger.exception("backend raised", extra={"custom_id": request.custom_id})
-            outcomes[index] = Outcome(request, 500, BackendError(500, f"backend error: {error}",
-                                                                 type="server_error").body(), request_id)
+            outcomes[index] = Outcome(
+                request,
+                500,
+                BackendError(500, f"backend error: {error}", type="server_error").body(),
+                request_id,
+            )
 
     # Every request waits for its permit in the limiter from the start (a shard's requests are in
     # memory anyway), its checks done: a finished request hands its permit straight to the next one,
@@ -249,9 +263,13 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
     good, bad = bytearray(), bytearray()
     counts = {"completed": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0}
     for outcome in outcomes:
-        encoded = result_line_bytes(line_id=ids.request_id(batch_id, outcome.request.line),
-                                    custom_id=outcome.request.custom_id, status_code=outcome.status_code,
-                                    request_id=outcome.request_id, body=outcome.body)
+        encoded = result_line_bytes(
+            line_id=ids.request_id(batch_id, outcome.request.line),
+            custom_id=outcome.request.custom_id,
+            status_code=outcome.status_code,
+            request_id=outcome.request_id,
+            body=outcome.body,
+        )
         if outcome.ok:
             good += encoded
             usage = outcome.body.get("usage") or {}
@@ -264,13 +282,20 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
     return bytes(good + bad), len(good), counts
 
 
-def never_ran(batch_id: str, requests: list[Request], code: str, message: str) -> tuple[bytes, dict[str, int]]:
+def never_ran(
+    batch_id: str, requests: list[Request], code: str, message: str
+) -> tuple[bytes, dict[str, int]]:
     """Error lines (`response: null`, `error {code, message}`) for requests that were not answered."""
     data = bytearray()
     for request in requests:
-        data += result_line_bytes(line_id=ids.request_id(batch_id, request.line), custom_id=request.custom_id,
-                                  status_code=None, request_id=None, body=None,
-                                  error={"code": code, "message": message})
+        data += result_line_bytes(
+            line_id=ids.request_id(batch_id, request.line),
+            custom_id=request.custom_id,
+            status_code=None,
+            request_id=None,
+            body=None,
+            error={"code": code, "message": message},
+        )
     return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
 
 
@@ -282,21 +307,31 @@ def _recover(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict
     if meta is None or "end" not in meta:
         return None
     counts = {name: int(meta[name.replace("_", "-")]) for name in _COUNTS}
-    part = ResultPart(key=key, start=start, end=int(meta["end"]), output_bytes=int(meta["output-bytes"]),
-                      bytes=int(meta["bytes"]))
+    part = ResultPart(
+        key=key,
+        start=start,
+        end=int(meta["end"]),
+        output_bytes=int(meta["output-bytes"]),
+        bytes=int(meta["bytes"]),
+    )
     return part, counts
 
 
 _COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
 
 
-def _write_part(batch_id: str, shard_no: int, start: int, end: int, data: bytes, output_bytes: int,
-                counts: dict[str, int]) -> ResultPart:
+def _write_part(
+    batch_id: str, shard_no: int, start: int, end: int, data: bytes, output_bytes: int, counts: dict[str, int]
+) -> ResultPart:
     """One PUT of a part's result lines; its counts ride along as object metadata for `_recover`."""
     key = s3.result_key(batch_id, shard_no, start)
     part = ResultPart(key=key, start=start, end=end, output_bytes=output_bytes, bytes=len(data))
-    metadata = {"end": str(end), "output-bytes": str(output_bytes), "bytes": str(len(data)),
-                **{name.replace("_", "-"): str(counts[name]) for name in _COUNTS}}
+    metadata = {
+        "end": str(end),
+        "output-bytes": str(output_bytes),
+        "bytes": str(len(data)),
+        **{name.replace("_", "-"): str(counts[name]) for name in _COUNTS},
+    }
     s3.put_bytes(get_settings().bucket_name, key, data, metadata=metadata)
     return part
 
@@ -324,8 +359,9 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         return "duplicate"
     start, size = shard.next_index, shard.size
     requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))
-    backend = backend_chaos.wrap(for_endpoint(load_registry(settings.model_registry).backend(header.model),
-                                      header.endpoint))
+    backend = backend_chaos.wrap(
+        for_endpoint(load_registry(settings.model_registry).backend(header.model), header.endpoint)
+    )
     recover = shard.attempts > 1
     while start < size:
         found = _recover(batch_id, shard_no, start) if recover else None
@@ -333,27 +369,43 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         if found:
             part, counts = found
         elif shard.attempts > settings.max_shard_attempts:
-            data, counts = never_ran(batch_id, requests[start:], "processing_failed",
-                                     f"The request could not be processed after {settings.max_shard_attempts} attempts.")
+            data, counts = never_ran(
+                batch_id,
+                requests[start:],
+                "processing_failed",
+                f"The request could not be processed after {settings.max_shard_attempts} attempts.",
+            )
             part = _write_part(batch_id, shard_no, start, size, data, 0, counts)
         else:
             checkpoint_at = time.monotonic() + settings.checkpoint_seconds
 
-            def window_left() -> int:
-                return min(time_left_ms(),
-                           int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms)
+            def window_left(checkpoint_at: float = checkpoint_at) -> int:
+                return min(
+                    time_left_ms(), int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms
+                )
 
-            outcomes = _LOOP.run_until_complete(closing(run_requests(
-                backend, requests[start:], batch_id, concurrency=settings.worker_concurrency,
-                time_left_ms=window_left, reserve_ms=settings.time_reserve_ms)))
+            outcomes = _LOOP.run_until_complete(
+                closing(
+                    run_requests(
+                        backend,
+                        requests[start:],
+                        batch_id,
+                        concurrency=settings.worker_concurrency,
+                        time_left_ms=window_left,
+                        reserve_ms=settings.time_reserve_ms,
+                    )
+                )
+            )
             if not outcomes:
                 break
             data, output_bytes, counts = render(batch_id, outcomes)
             part = _write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
         chaos.crash_point("crash_before_commit")
         if not shards.commit(batch_id, shard_no, part, size=size, keep_lease=True, **counts):
-            logger.info("shard commit condition failed: counted by another attempt",
-                        extra={"batch_id": batch_id, "shard": shard_no})
+            logger.info(
+                "shard commit condition failed: counted by another attempt",
+                extra={"batch_id": batch_id, "shard": shard_no},
+            )
             return "conflict"
         chaos.crash_point("crash_after_commit")
         start = part.end

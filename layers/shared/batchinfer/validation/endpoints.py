@@ -22,8 +22,15 @@ from batchinfer.wire.kserve import InferError, parse_infer_request
 from batchinfer.wire.messages import safe
 from batchinfer.wire.openai import CHAT_ENDPOINT
 
-__all__ = ["ENDPOINTS", "OTHER_OPENAI_URLS", "Endpoint", "check_chat_body", "check_infer_body",
-           "find_endpoint", "url_hint"]
+__all__ = [
+    "ENDPOINTS",
+    "OTHER_OPENAI_URLS",
+    "Endpoint",
+    "check_chat_body",
+    "check_infer_body",
+    "find_endpoint",
+    "url_hint",
+]
 
 
 def check_chat_body(body: dict[str, Any], line: int) -> list[LineError]:

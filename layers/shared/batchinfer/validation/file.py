@@ -89,7 +89,9 @@ _ENVELOPE_EXPECTED = {
 # `strict_json` parses to the same value, except integers beyond 64 bits (orjson makes them floats):
 # lines with 19 digits in a row go to `strict_json`. Whatever orjson rejects (NaN, 1e400, lone
 # surrogates, bad UTF-8, a BOM, ...) also goes to `strict_json`, which accepts it or explains the error.
-_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # digits to "0", the rest to " "
+_DIGITS_ONLY = bytes(
+    0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256)
+)  # digits to "0", the rest to " "
 
 
 def _containers(data: bytes) -> int:
@@ -122,8 +124,14 @@ _PLAIN_ENVELOPE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
 def _plain_envelope(obj: dict[str, Any]) -> bool:
     """True only for a line that `_Envelope` accepts (False says nothing)."""
     custom_id, method = obj.get("custom_id"), obj.get("method")
-    return (type(custom_id) is str and custom_id != "" and type(method) is str and method == "POST"
-            and type(obj.get("url")) is str and type(obj.get("body")) is dict)
+    return (
+        type(custom_id) is str
+        and custom_id != ""
+        and type(method) is str
+        and method == "POST"
+        and type(obj.get("url")) is str
+        and type(obj.get("body")) is dict
+    )
 
 
 def _foreign_encoding(data: bytes) -> str | None:
@@ -282,8 +290,15 @@ class FileValidator:
         new custom_id, once the file's first request set the model and url. None when the line is
         anything else (nothing was recorded then: `feed` goes on as if this had not run)."""
         data = line.data
-        if (not self._plain_chat or self.model is None or not self._model_known or line.too_long
-                or self.request_count >= self.max_requests or data[:1] != b"{" or _has_long_number(data)):
+        if (
+            not self._plain_chat
+            or self.model is None
+            or not self._model_known
+            or line.too_long
+            or self.request_count >= self.max_requests
+            or data[:1] != b"{"
+            or _has_long_number(data)
+        ):
             return None
         try:
             obj = orjson.loads(data)
@@ -294,9 +309,16 @@ class FileValidator:
         get = obj.get
         custom_id, url, body = get("custom_id"), get("url"), get("body")
         # `_plain_envelope`, inline; `url == self._url` makes it a string
-        if (type(custom_id) is not str or not custom_id or get("method") != "POST" or url != self._url
-                or type(body) is not dict or body.get("model") != self.model
-                or self._seen.maybe_seen(custom_id) or not plain_chat_body(body)):
+        if (
+            type(custom_id) is not str
+            or not custom_id
+            or get("method") != "POST"
+            or url != self._url
+            or type(body) is not dict
+            or body.get("model") != self.model
+            or self._seen.maybe_seen(custom_id)
+            or not plain_chat_body(body)
+        ):
             return None
         n = self._last_line = line.number
         self.request_count += 1
@@ -346,8 +368,9 @@ class FileValidator:
         try:
             obj = strict_json.loads(text)
         except JsonError as exc:
-            self._add(ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {_json_reason(exc)}.",
-                      line=n)
+            self._add(
+                ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {_json_reason(exc)}.", line=n
+            )
             return None
         if not isinstance(obj, dict):
             self._add(
@@ -374,7 +397,9 @@ class FileValidator:
         custom_id = obj.get("custom_id")
         if isinstance(custom_id, str) and custom_id:
             # Once the error list is full, a duplicate is only counted: skip the exact search.
-            if (first := self._seen.first_line(custom_id, exact=len(self.errors) < self.max_errors)) is not None:
+            if (
+                first := self._seen.first_line(custom_id, exact=len(self.errors) < self.max_errors)
+            ) is not None:
                 errors.append(
                     LineError(
                         code=ErrorCode.DUPLICATE_CUSTOM_ID,

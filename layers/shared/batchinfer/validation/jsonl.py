@@ -154,4 +154,3 @@ def iter_physical_lines(
     `max_line_bytes < 1`. See the module docstring for the splitting rules and their sources.
     """
     return PhysicalLineReader(chunks, max_line_bytes, max_total_bytes)
-

@@ -75,7 +75,7 @@ class SeenIds:
 
     def _flush(self) -> None:
         if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="batchinfer-ids-")  # noqa: SIM115 - closed by close()
+            self._file = tempfile.TemporaryFile(prefix="batchinfer-ids-")
         self._file.write(self._pending)
         self._pending.clear()
 

@@ -142,8 +142,20 @@ RULES = {
 _ROLES = frozenset(Role.__args__)  # type: ignore[attr-defined]
 _INT64 = 2**63
 # The fields `plain_chat_body` checks, one by one (inline: a call per field costs more than the check).
-PLAIN_CHAT_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
-                               "top_p", "n", "stop", "seed", "stream"})
+PLAIN_CHAT_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stop",
+        "seed",
+        "stream",
+    }
+)
 PLAIN_MESSAGE_FIELDS = frozenset({"role", "content"})
 
 
@@ -161,7 +173,9 @@ def plain_chat_body(body: dict[str, Any]) -> bool:
             return False
     if (value := get("max_tokens")) is not None and not (type(value) is int and 0 < value < _INT64):
         return False
-    if (value := get("max_completion_tokens")) is not None and not (type(value) is int and 0 < value < _INT64):
+    if (value := get("max_completion_tokens")) is not None and not (
+        type(value) is int and 0 < value < _INT64
+    ):
         return False
     if (value := get("temperature")) is not None and not (type(value) in (int, float) and 0 <= value <= 2):
         return False
@@ -174,8 +188,11 @@ def plain_chat_body(body: dict[str, Any]) -> bool:
     if (value := get("stream")) is not None and value is not False:
         return False
     value = get("stop")
-    return value is None or type(value) is str or (
-        type(value) is list and len(value) <= 4 and all(type(item) is str for item in value))
+    return (
+        value is None
+        or type(value) is str
+        or (type(value) is list and len(value) <= 4 and all(type(item) is str for item in value))
+    )
 
 
 # ---- What the text-only backends read.
@@ -186,8 +203,9 @@ def _join_text_parts(value: Any) -> Any:
     if isinstance(value, list):
         texts = []
         for index, part in enumerate(value):
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
+            if not (
+                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            ):
                 raise ValueError(f"content part {index} is not a text part; this model accepts text only")
             texts.append(part["text"])
         return "\n".join(texts)
@@ -239,8 +257,11 @@ class ChatRequest(ChatCompletionBody):
             if getattr(self, name):
                 raise ChatRequestError(f"'{name}' is not supported by {who}.", "unsupported_parameter", name)
         if self.response_format is not None and self.response_format.type != "text":
-            raise ChatRequestError(f"response_format json_object is not supported by {who}.",
-                                   "unsupported_parameter", "response_format")
+            raise ChatRequestError(
+                f"response_format json_object is not supported by {who}.",
+                "unsupported_parameter",
+                "response_format",
+            )
 
 
 class ChatRequestError(ValueError):
@@ -265,18 +286,21 @@ def read_chat_request(body: dict[str, Any]) -> ChatRequest:
         first = exc.errors(include_url=False)[0]
         param = loc_path(first["loc"])
         if first["type"] == "missing":
-            raise ChatRequestError(f"Missing required parameter: '{param}'.", "missing_required_parameter",
-                                   param) from None
+            raise ChatRequestError(
+                f"Missing required parameter: '{param}'.", "missing_required_parameter", param
+            ) from None
         if param == "n" and first["type"] in ("greater_than_equal", "less_than_equal"):
             raise ChatRequestError("Only n=1 is supported by this model.", "unsupported_value", "n") from None
         # pydantic prefixes our validators' messages with "Value error, ".
         reason = first["msg"].removeprefix("Value error, ")
         raise ChatRequestError(f"Invalid value for '{param}': {reason}.", "invalid_value", param) from None
     if request.logprobs:
-        raise ChatRequestError("logprobs are not supported by this model.", "unsupported_parameter",
-                               "logprobs")
+        raise ChatRequestError(
+            "logprobs are not supported by this model.", "unsupported_parameter", "logprobs"
+        )
     for name in ("tools", "functions"):
         if getattr(request, name):
-            raise ChatRequestError(f"'{name}' are not supported by this model.", "unsupported_parameter",
-                                   name)
+            raise ChatRequestError(
+                f"'{name}' are not supported by this model.", "unsupported_parameter", name
+            )
     return request

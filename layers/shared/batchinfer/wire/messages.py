@@ -1,8 +1,8 @@
 """How error messages name a place and show a value, the same way in every message of the service.
 
-    loc_path(("messages", 0, "content"))   # 'messages[0].content': the `param` style of OpenAI errors
-    describe(17), describe("10")           # 'integer 17', 'string "10"': JSON type and text, shortened
-    quote("Model A ")                      # "'Model A '": spaces and case show
+loc_path(("messages", 0, "content"))   # 'messages[0].content': the `param` style of OpenAI errors
+describe(17), describe("10")           # 'integer 17', 'string "10"': JSON type and text, shortened
+quote("Model A ")                      # "'Model A '": spaces and case show
 """
 
 from __future__ import annotations

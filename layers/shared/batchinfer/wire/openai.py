@@ -52,8 +52,9 @@ def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
         if not key:  # DynamoDB keeps no empty map key: the batch could not be read back
             raise ValueError("metadata keys must not be empty")
         if not _is_unicode(key) or not _is_unicode(item):
-            raise ValueError("metadata keys and values must be Unicode text (no lone surrogates, "
-                             "such as \\ud800)")
+            raise ValueError(
+                "metadata keys and values must be Unicode text (no lone surrogates, such as \\ud800)"
+            )
         if len(key) > 64:
             raise ValueError(f"metadata key {key[:20]!r}... is longer than 64 characters")
         if len(item) > 512:
@@ -193,16 +194,20 @@ class CreateBatchRequest(BaseModel):
 
     input_file_id: str = Field(min_length=1, max_length=2048)
     endpoint: str | None = Field(
-        None, pattern=ENDPOINT_PATTERN,
+        None,
+        pattern=ENDPOINT_PATTERN,
         description="/v1/chat/completions or /v2/models/{model}/infer (KServe v2 token requests); "
-                    "required unless input_source is user_s3 or user_cos")
-    completion_window: str = Field("24h", pattern=r"^[1-9][0-9]{0,2}h$",
-                                   description="whole hours, '1h' to '168h'")
+        "required unless input_source is user_s3 or user_cos",
+    )
+    completion_window: str = Field(
+        "24h", pattern=r"^[1-9][0-9]{0,2}h$", description="whole hours, '1h' to '168h'"
+    )
     metadata: Metadata = None
     name: str | None = Field(None, max_length=256)
     input_source: InputSource = "file"
     output_target: OutputTarget | None = Field(
-        None, description="default: the user_* of the output path given, else file")
+        None, description="default: the user_* of the output path given, else file"
+    )
     output_user_s3_path: str | None = Field(None, max_length=2048, description="s3://bucket/prefix/")
     output_user_cos_path: str | None = Field(None, max_length=2048, description="cos://bucket.region/prefix/")
 
@@ -264,7 +269,9 @@ class Upload(BaseModel):
     purpose: str
     status: Literal["pending", "completed", "cancelled", "expired"]
     file: FileObject | None = None
-    upload_url: str | None = Field(None, description="PUT the file's bytes here, then complete (pending only)")
+    upload_url: str | None = Field(
+        None, description="PUT the file's bytes here, then complete (pending only)"
+    )
     upload_method: Literal["PUT"] = "PUT"
     upload_headers: dict[str, str] = Field(default_factory=dict, description="headers the PUT must send")
 
@@ -275,27 +282,48 @@ class FileDeleted(BaseModel):
     deleted: bool
 
 
-def result_line(*, line_id: str, custom_id: str, status_code: int | None, request_id: str | None,
-                body: dict[str, Any] | None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+def result_line(
+    *,
+    line_id: str,
+    custom_id: str,
+    status_code: int | None,
+    request_id: str | None,
+    body: dict[str, Any] | None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One line of output.jsonl / error.jsonl in the OpenAI batch output shape.
 
     A request that ran has `response {status_code, request_id, body}` and `error: null`; one that never
     ran (expired, cancelled) has `response: null` and `error {code, message}`.
     """
-    response = None if status_code is None else {"status_code": status_code, "request_id": request_id,
-                                                  "body": body}
+    response = (
+        None if status_code is None else {"status_code": status_code, "request_id": request_id, "body": body}
+    )
     return {"id": line_id, "custom_id": custom_id, "response": response, "error": error}
 
 
-def result_line_bytes(*, line_id: str, custom_id: str, status_code: int | None, request_id: str | None,
-                      body: dict[str, Any] | None, error: dict[str, Any] | None = None) -> bytes:
+def result_line_bytes(
+    *,
+    line_id: str,
+    custom_id: str,
+    status_code: int | None,
+    request_id: str | None,
+    body: dict[str, Any] | None,
+    error: dict[str, Any] | None = None,
+) -> bytes:
     """`result_line` as the bytes of one JSON Lines line: compact UTF-8 JSON and its `\n`.
 
     A string no UTF-8 can carry (a lone surrogate, which a `custom_id` or a model's answer may hold)
     is written as its JSON escape (`\ud800`): the line stays valid JSON and the file valid UTF-8.
     """
-    line = result_line(line_id=line_id, custom_id=custom_id, status_code=status_code, request_id=request_id,
-                       body=body, error=error)
+    line = result_line(
+        line_id=line_id,
+        custom_id=custom_id,
+        status_code=status_code,
+        request_id=request_id,
+        body=body,
+        error=error,
+    )
     try:
         return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
     except UnicodeEncodeError:

@@ -55,8 +55,16 @@ class JsonError(ValueError):
     error, as `json.JSONDecodeError` says it.
     """
 
-    def __init__(self, msg: str, kind: JsonErrorKind, pos: int | None = None, *, lineno: int | None = None,
-                 colno: int | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        msg: str,
+        kind: JsonErrorKind,
+        pos: int | None = None,
+        *,
+        lineno: int | None = None,
+        colno: int | None = None,
+        token: str | None = None,
+    ) -> None:
         where = f": line {lineno} column {colno} (char {pos})" if lineno is not None else ""
         super().__init__(msg + where)
         self.msg, self.kind, self.pos = msg, kind, pos
@@ -87,8 +95,9 @@ def loads(data: str | bytes, *, non_finite: Callable[[str], Any] | None = None) 
     else:
         text = data
     if text.startswith(_BOM):  # what `json.loads` says; `JSONDecoder.decode` would say "Expecting value"
-        raise JsonError("Unexpected UTF-8 BOM (decode using utf-8-sig)", JsonErrorKind.SYNTAX, 0, lineno=1,
-                        colno=1)
+        raise JsonError(
+            "Unexpected UTF-8 BOM (decode using utf-8-sig)", JsonErrorKind.SYNTAX, 0, lineno=1, colno=1
+        )
     try:
         value = _decoder(non_finite or _reject_constant).decode(text)
     except JsonError:
@@ -98,8 +107,9 @@ def loads(data: str | bytes, *, non_finite: Callable[[str], Any] | None = None) 
     except RecursionError:
         raise JsonError(TOO_DEEP, JsonErrorKind.TOO_DEEP) from None
     except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
-        raise JsonError(f"a number has more than {sys.get_int_max_str_digits()} digits",
-                        JsonErrorKind.LONG_NUMBER) from None
+        raise JsonError(
+            f"a number has more than {sys.get_int_max_str_digits()} digits", JsonErrorKind.LONG_NUMBER
+        ) from None
     # The count of brackets bounds the depth: only a text with many of them needs the walk.
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and nested_deeper_than(value):
         raise JsonError(TOO_DEEP, JsonErrorKind.TOO_DEEP)
