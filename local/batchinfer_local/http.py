@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .functions import HttpApiEventSpec
-from .runtime import FunctionRuntime
+from .runtime import InvocationError, Invoker
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +44,17 @@ _TEXT_TYPES = re.compile(
 class Route:
     """One route: a function and its `Method Path` (or `$default`), compiled for matching."""
 
-    runtime: FunctionRuntime
+    function: Invoker
     source: HttpApiEventSpec
     pattern: re.Pattern[str] | None
     greedy: bool
     literal_segments: int
 
     @classmethod
-    def of(cls, runtime: FunctionRuntime, source: HttpApiEventSpec) -> Route:
+    def of(cls, function: Invoker, source: HttpApiEventSpec) -> Route:
         """Compile `source.path`: `{name}` matches one segment, a final `{name+}` the rest."""
         if source.path is None:
-            return cls(runtime, source, None, True, -1)
+            return cls(function, source, None, True, -1)
         parts, greedy, literals = [], False, 0
         segments = source.path.strip("/").split("/") if source.path.strip("/") else []
         for index, segment in enumerate(segments):
@@ -69,7 +69,7 @@ class Route:
             else:
                 parts.append(re.escape(segment))
                 literals += 1
-        return cls(runtime, source, re.compile("/" + "/".join(parts)), greedy, literals)
+        return cls(function, source, re.compile("/" + "/".join(parts)), greedy, literals)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """Path parameters (URL-decoded) if the route takes `method` and `path`, else None."""
@@ -243,13 +243,18 @@ def http_response(result: Any) -> HttpResponse:
     headers += [("Set-Cookie", str(cookie)) for cookie in result.get("cookies") or []]
     body = result.get("body") or ""
     if not isinstance(body, str):
-        raise ValueError("body must be a string")
+        raise ValueError("body must be a string")  # noqa: TRY004 - a malformed response, as statusCode
     data = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode("utf-8")
     return HttpResponse(status, headers, data)
 
 
 class HttpApiServer:
-    """A threading HTTP server on `host:port` (0 = a free port) dispatching to the routes' handlers."""
+    """A threading HTTP server on `host:port` (0 = a free port) dispatching to the routes' functions.
+
+    Requests are served concurrently, each invoking its function synchronously: up to the function's
+    concurrency at once, further requests wait for a free environment (Lambda would throttle them,
+    and API Gateway answer 500: locally a burst is slower instead of failing).
+    """
 
     def __init__(self, router: Router, account_id: str, host: str = "127.0.0.1", port: int = 8000) -> None:
         self.router, self.account_id = router, account_id
@@ -299,9 +304,12 @@ class HttpApiServer:
             log.warning("%s %s: event exceeds Lambda's 6 MB invocation payload limit", method, path)
             return TOO_LARGE
         try:
-            return http_response(route.runtime.invoke(event))
-        except Exception:
-            log.exception("%s %s: %s failed", method, path, route.runtime.spec.logical_id)
+            return http_response(route.function.invoke(event))
+        except InvocationError as error:
+            log.error("%s %s: %s", method, path, error)
+            return INTERNAL_ERROR
+        except ValueError:
+            log.exception("%s %s: %s returned a malformed response", method, path, route.function.spec.logical_id)
             return INTERNAL_ERROR
 
     def _request_handler(self) -> type[BaseHTTPRequestHandler]:
@@ -358,7 +366,7 @@ class HttpApiServer:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class signature
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
         return Handler

@@ -158,10 +158,10 @@ def test_over_the_creations_per_minute_is_429_with_retry_after(stack: LocalStack
 
 def test_active_limit_is_429_and_frees_up_when_a_batch_ends(stack: LocalStack, upstream: HoldableUpstream) -> None:
     with api_client(stack, new_account("active-acct", max_active_batches=4)) as http:
-        # Given one batch held at the model (the worker is busy, so later batches wait in_progress)
+        # Given one batch held at the model (later batches' requests are held too: they stay in_progress)
         held = create(http, upload(http, jsonl(chat_line("h", "HOLD", model=SCRIPTED)))).json()
         wait_until(upstream.held.is_set, what="the HOLD request")
-        waiting = upload(http, jsonl(chat_line("w", "waits", model=SCRIPTED)))
+        waiting = upload(http, jsonl(chat_line("w", "HOLD waits", model=SCRIPTED)))
 
         # When 10 creates race for the 3 free places
         with ThreadPoolExecutor(10) as pool:

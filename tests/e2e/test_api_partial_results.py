@@ -55,17 +55,18 @@ PROMPTS = {"r1": "first", "r2": "second", "r3": "HOLD third", "r4": "fourth"}
 
 
 def start_and_hold(http: httpx.Client, upstream: HoldableUpstream, tag: str) -> tuple[dict[str, Any], list[str]]:
-    """Create a 4-request batch and wait until its HOLD request is running; (batch, ids that finished)."""
+    """Create a 4-request batch and wait until its HOLD request is running and the other three have
+    committed; (batch, ids that finished). The stack runs the four shards at once (MaxShardWorkers)."""
     lines = [chat_line(cid, f"{tag} {prompt}", model=SCRIPTED) for cid, prompt in PROMPTS.items()]
     batch = create(http, upload(http, jsonl(*lines))).json()
+    finished = [cid for cid, prompt in PROMPTS.items() if "HOLD" not in prompt]
     wait_until(upstream.held.is_set, what="the HOLD request")
-    # Shards run one at a time in this stack, so the ones answered before the held one have committed.
-    finished = [cid for cid, prompt in PROMPTS.items()
-                if f"{tag} {prompt}" in upstream.arrivals[:upstream.arrivals.index(f"{tag} HOLD third")]]
-    assert finished, "no request finished before the held one"
+    wait_until(lambda: http.get(f"/batches/{batch['id']}").json()["request_counts"]["completed"] == len(finished),
+               what="the other requests' commits")
     current = http.get(f"/batches/{batch['id']}").json()
     assert current["status"] == "in_progress"
     assert current["request_counts"] == {"total": 4, "completed": len(finished), "failed": 0}
+    assert upstream.held.is_set()  # still running
     return batch, finished
 
 

@@ -69,12 +69,9 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
                         "    base_url: http://127.0.0.1:9/v1\n    model: never-called\n")
     limits = {"MAX_REQUESTS_PER_FILE": "6", "MAX_FILE_BYTES": "3000", "MAX_LINE_BYTES": "700",
               "MAX_LINE_ERRORS": "4", "MODEL_REGISTRY": str(registry)}
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in limits.items():
-            patch.setenv(name, value)
-        with LocalStack(port=0) as stack, api_client(stack, new_account("validation", max_active_batches=50,
-                                                                        max_creates_per_minute=50)) as client:
-            yield client
+    with LocalStack(port=0, function_environment=limits) as stack, \
+            api_client(stack, new_account("validation", max_active_batches=50, max_creates_per_minute=50)) as client:
+        yield client
 
 
 @pytest.mark.parametrize("name", list(CASES))

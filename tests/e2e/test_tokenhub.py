@@ -145,11 +145,17 @@ def test_cos_paths_resolve_against_the_configured_endpoint(stack: LocalStack, ht
     assert error_of(disabled) == (400, "invalid_path", "input_file_id")
     assert disabled.json()["error"]["message"] == (
         "input_file_id: cos:// paths are not enabled on this deployment (COS_ENDPOINT_URL is not set)")
-    # Given COS at an S3-compatible endpoint (here moto, path-style), with the input there
-    for name, value in {"COS_ENDPOINT_URL": stack.moto_endpoint, "COS_ADDRESSING_STYLE": "path",
-                        "COS_CREDENTIALS_SECRET": ""}.items():
-        monkeypatch.setenv(name, value)
+    # Given COS at an S3-compatible endpoint (here moto, path-style) with its own credentials in Secrets
+    # Manager (here the local admin's key: the functions' roles may not touch that bucket), the input there
+    stack.client("secretsmanager").create_secret(Name="batchinfer/cos", SecretString=json.dumps(
+        {"access_key_id": "testing", "secret_access_key": "testing"}))
+    cos = {"COS_ENDPOINT_URL": stack.moto_endpoint, "COS_ADDRESSING_STYLE": "path",
+           "COS_CREDENTIALS_SECRET": "batchinfer/cos"}
+    resets = ["batchinfer.core.settings.get_settings.cache_clear"]
+    for name, value in cos.items():
+        monkeypatch.setenv(name, value)  # this process writes the input
     get_settings.cache_clear()
+    stack.configure_functions(cos, call=resets)
     locations.s3_client(f"cos:{COS_REGION}").put_object(Bucket=COS_BUCKET, Key="in.jsonl", Body=LINES)
     try:
         # When the batch is created with cos:// paths and runs
@@ -159,6 +165,8 @@ def test_cos_paths_resolve_against_the_configured_endpoint(stack: LocalStack, ht
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
+        stack.configure_functions({name: stack.environment[name] for name in cos if name in stack.environment},
+                                  unset=[name for name in cos if name not in stack.environment], call=resets)
     # Then its results are in the COS bucket, named by cos:// paths
     assert batch["status"] == "completed" and batch["expires_at"] - batch["created_at"] == 3600
     assert batch["output_file_id"] == f"cos://{COS_BUCKET}.{COS_REGION}/out/{batch['id']}/output.jsonl"

@@ -13,6 +13,7 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from batchinfer_local import LocalStack, TemplateError
@@ -152,7 +153,7 @@ def test_environment_is_set_while_running_and_restored_after(tmp_path: Path) -> 
         assert os.environ["FOO"] == "bar"
         assert os.environ["AWS_ENDPOINT_URL"] == stack.moto_endpoint
         assert (os.environ["AWS_REGION"], os.environ["AWS_DEFAULT_REGION"]) == ("us-east-1", "us-east-1")
-        response = httpx.get(f"{stack.base_url}/foo", timeout=10)
+        response = httpx.get(f"{stack.base_url}/foo", timeout=30)
         assert (response.status_code, response.text) == (200, "bar")
         assert stack.invocations("Fn") == 1
     assert dict(os.environ) == before
@@ -162,7 +163,7 @@ def test_only_one_stack_per_process(tmp_path: Path) -> None:
     with LocalStack(write_stack(tmp_path, ONE_FUNCTION), port=0) as stack:
         with pytest.raises(RuntimeError, match="already running in this process"):
             LocalStack(tmp_path / "template.yaml", port=0).start()
-        assert httpx.get(f"{stack.base_url}/foo", timeout=10).text == "bar"
+        assert httpx.get(f"{stack.base_url}/foo", timeout=30).text == "bar"
 
 
 def assert_start_fails(path: Path, message: str) -> None:
@@ -173,23 +174,32 @@ def assert_start_fails(path: Path, message: str) -> None:
     assert dict(os.environ) == before
 
 
-def test_functions_disagreeing_on_a_variable_are_rejected(tmp_path: Path) -> None:
+def test_each_function_sees_its_own_variables(tmp_path: Path) -> None:
     path = write_stack(
         tmp_path,
         """
         Resources:
           One:
             Type: AWS::Serverless::Function
-            Properties: {CodeUri: fn, Handler: app.handler, Environment: {Variables: {FOO: a}}}
+            Properties:
+              CodeUri: fn
+              Handler: app.handler
+              Environment: {Variables: {FOO: a}}
+              Events: {Get: {Type: HttpApi, Properties: {Method: GET, Path: /one}}}
           Two:
             Type: AWS::Serverless::Function
-            Properties: {CodeUri: fn, Handler: app.handler, Environment: {Variables: {FOO: b}}}
+            Properties:
+              CodeUri: fn
+              Handler: app.handler
+              Environment: {Variables: {FOO: b}}
+              Events: {Get: {Type: HttpApi, Properties: {Method: GET, Path: /two}}}
         """,
     )
-    assert_start_fails(
-        path,
-        "environment variable FOO is 'a' in One but 'b' in Two; functions share one process locally, so they must agree",
-    )
+    with LocalStack(path, port=0) as stack:
+        answers = [httpx.get(f"{stack.base_url}/{name}", timeout=30).text for name in ("one", "two")]
+        assert "FOO" not in stack.environment  # the variables the functions share: not this one
+        assert stack.function_environment_of("One")["FOO"] == "a"
+    assert answers == ["a", "b"]
 
 
 def test_missing_handler_file_is_reported(tmp_path: Path) -> None:
@@ -228,3 +238,17 @@ def test_unsupported_event_type_is_reported(tmp_path: Path) -> None:
         """,
     )
     assert_start_fails(path, "Fn.Stream: event type Kinesis is not emulated locally")
+
+
+def test_iam_enforcement_can_be_turned_off_keeping_the_identities(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHINFER_LOCAL_IAM", "off")
+    with LocalStack(write_stack(tmp_path, ONE_FUNCTION), port=0) as stack:
+        table_access = stack.function_client("Fn", "dynamodb").list_tables()  # no policy grants it
+        identity = stack.function_client("Fn", "sts").get_caller_identity()["Arn"]
+    assert stack.iam_enforced is False
+    assert table_access["TableNames"] == []
+    assert identity == "arn:aws:sts::123456789012:assumed-role/batchinfer-local-FnRole/batchinfer-local-Fn"
+    with LocalStack(tmp_path / "template.yaml", port=0, iam=True) as stack, pytest.raises(ClientError) as denied:
+        stack.function_client("Fn", "dynamodb").list_tables()
+    assert denied.value.response["Error"]["Code"] == "AccessDeniedException"
