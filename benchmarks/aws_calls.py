@@ -1,9 +1,10 @@
 """AWS calls per 1,000 requests, by service and operation, and what they cost per million requests.
 
 A batch runs end to end on the local stack (every function's handler, wired by template.yaml, with
-the template's default shard size) against the simulated backend; `batchinfer.core.aws.on_call` counts
-every call the functions make. The SQS event source mappings' own receives and deletes are made by
-the Lambda service, not by batchinfer: they are estimated (one receive and one delete per message).
+the template's default shard size) against the simulated backend; `batchinfer.core.aws.on_call`, in
+every function's own processes, counts every call the functions make (`LocalStack.stats`). The SQS
+event source mappings' own receives and deletes are made by the Lambda service, not by batchinfer:
+they are estimated (one receive and one delete per message).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,6 @@ S3_READS = {"GetObject", "HeadObject"}
 def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
     """Run an `n`-request batch through the local stack (template defaults, or `shard_size`
     requests per shard); the calls it made, by (service, operation)."""
-    from batchinfer.core import aws
     from batchinfer_local import LocalStack
 
     from benchmarks.common import quiet_functions
@@ -45,31 +44,27 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
     from batchinfer_local.client import BatchClient
 
     counts: Counter[tuple[str, str]] = Counter()
-    lock = threading.Lock()
-
-    def count(service: str, operation: str) -> None:
-        with lock:
-            counts[(service, operation)] += 1
-
     saved = os.environ.get("MODEL_REGISTRY")
     with SimBackend(latency=0.01, capacity=512) as sim, tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "batch.jsonl"
         path.write_bytes(b"".join(json.dumps(request_line(i)).encode() + b"\n" for i in range(n)))
-        os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))
-        remove = aws.on_call(count)
+        os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))  # passed through to the functions
         try:
             overrides = {"ShardSize": str(shard_size)} if shard_size else {}
             with LocalStack(port=0, parameter_overrides=overrides) as stack:
                 client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key)
                 batch = client.create(client.upload(path)["id"])
                 stack.wait_idle(timeout=900)
+                for name, calls in stack.stats().items():  # "aws:<service>.<Operation>"
+                    if name.startswith("aws:"):
+                        service, _, operation = name.removeprefix("aws:").partition(".")
+                        counts[(service, operation)] += calls
                 batch = client.retrieve(batch["id"])
                 assert batch["status"] == "completed" and batch["request_counts"]["completed"] == n, batch
                 output = client.content(batch["output_file_id"])
                 assert output.count(b"\n") == n
                 shards = -(-n // int(os.environ["SHARD_SIZE"]))
         finally:
-            remove()
             if saved is None:
                 os.environ.pop("MODEL_REGISTRY", None)
             else:

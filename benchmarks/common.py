@@ -64,10 +64,14 @@ def moto_server() -> Iterator[str]:
 
 
 def quiet_functions() -> None:
-    """Keep the functions' INFO logs (one JSON line per shard) out of the benchmark's output."""
+    """Keep the functions' INFO logs (one JSON line per shard) out of the benchmark's output: the local
+    stack's functions (their lines forwarded to `batchinfer_local.function.*`) and code run in this process."""
+    import logging
+
     from batchinfer.core.observability import logger
 
     logger.setLevel("WARNING")
+    logging.getLogger("batchinfer_local.function").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)

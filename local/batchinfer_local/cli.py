@@ -1,6 +1,6 @@
 """`batchinfer`: run the local stack, submit batches and fetch their results.
 
-    batchinfer local [--port 8000]            the whole pipeline on this machine, in the foreground
+    batchinfer local [--port 8000] [--no-iam] the whole pipeline on this machine, in the foreground
     batchinfer submit FILE [--wait]           upload a JSONL file and create a batch
     batchinfer status BATCH_ID                the Batch object
     batchinfer download BATCH_ID [-o DIR]     output.jsonl and error.jsonl
@@ -89,17 +89,39 @@ def _summary(batch: dict[str, Any]) -> None:
         console.print(f"  line {error.get('line')}: {error['code']}: {error['message']}", highlight=False)
 
 
+def _show_function_logs(level: int) -> None:
+    """Print the functions' log lines (forwarded from their processes) at `level` and above, as they are."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    functions = logging.getLogger("batchinfer_local.function")
+    functions.addHandler(handler)
+    functions.setLevel(level)
+    functions.propagate = False
+
+
+def _iam_line(stack: Any) -> str:
+    from batchinfer_local.stack import IAM_ENV
+
+    if stack.iam_enforced:
+        return (f"IAM: [bold]enforced[/] (each function calls with its own role; --no-iam or {IAM_ENV}=off "
+                "turns it off)")
+    return f"IAM: [bold red]not enforced[/] (--no-iam or {IAM_ENV}=off): AWS would deny what it denies"
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from batchinfer_local.stack import DEV_ACCOUNT, DEV_API_KEY_ENV, LocalStack
 
-    with LocalStack(port=args.port) as stack:
+    _show_function_logs(logging.INFO)
+    with LocalStack(port=args.port, iam=False if args.no_iam else None) as stack:
         console.print(f"batchinfer local stack: base URL [bold]{stack.base_url}/v1[/] (Ctrl-C to stop)")
+        console.print(_iam_line(stack), highlight=False)
         origin = f"generated; set ${DEV_API_KEY_ENV} to choose it" if stack.api_key_generated \
             else f"from ${DEV_API_KEY_ENV}"
         console.print(f"API key (account {DEV_ACCOUNT!r}, {origin}): [bold]{stack.api_key}[/]",
                       highlight=False)
         console.print(f"moto: {stack.moto_endpoint}, table {stack.environment['TABLE_NAME']} "
-                      "(for `batchinfer keys|accounts --endpoint-url ... --table ...`)", highlight=False)
+                      "(for `batchinfer keys|accounts --endpoint-url ... --table ...`, as the stack's admin: "
+                      "AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing)", highlight=False)
         stopped = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopped.set())
         try:
@@ -135,9 +157,10 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from batchinfer_local.stack import LocalStack
 
-    with LocalStack(port=args.port) as stack:
-        logging.getLogger("batchinfer").setLevel(logging.WARNING)  # the progress bar, not the handlers' logs
+    _show_function_logs(logging.WARNING)  # the progress bar, not the handlers' logs
+    with LocalStack(port=args.port, iam=False if args.no_iam else None) as stack:
         console.print(f"local stack up at {stack.base_url}/v1 (moto on {stack.moto_endpoint})")
+        console.print(_iam_line(stack), highlight=False)
         client = BatchClient(f"{stack.base_url}/v1", stack.api_key)
         batch = submit_and_wait(client, Path(args.file), wait=True)
         print_answers(client, batch)
@@ -220,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the whole pipeline locally")
     local.add_argument("--port", type=int, default=int(os.environ.get("BATCHINFER_PORT", "8000")))
+    local.add_argument("--no-iam", action="store_true",
+                       help="don't enforce IAM (for debugging; also BATCHINFER_LOCAL_IAM=off)")
     local.set_defaults(run=cmd_local)
     submit = commands.add_parser("submit", help="upload a JSONL file and create a batch")
     submit.add_argument("file")
@@ -235,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="local stack + a sample batch, answers printed")
     demo.add_argument("file")
     demo.add_argument("--port", type=int, default=0, help="0: any free port")
+    demo.add_argument("--no-iam", action="store_true", help="don't enforce IAM (also BATCHINFER_LOCAL_IAM=off)")
     demo.set_defaults(run=cmd_demo)
     admin = argparse.ArgumentParser(add_help=False)
     admin.add_argument("--table", default=os.environ.get("BATCHINFER_TABLE"), help="the batch table's name")
