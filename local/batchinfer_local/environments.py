@@ -9,8 +9,9 @@ invocation still running at its deadline (the function's Timeout) kills its envi
 ("Task timed out"); one that ends the process fails with `Runtime.ExitError`; a failed init
 (`Runtime.ImportModuleError`) fails the invocation and is retried by the next one.
 
-The first cold start of a function starts its zygote (`zygote.py`): a fresh interpreter with the
-function's environment that imports the handler once; environments are forked from it on demand.
+Each function has a zygote (`zygote.py`): a fresh interpreter with the function's environment that has
+imported the handlers' heavy third-party modules; environments are forked from it on demand and each
+runs the handler's init itself.
 Each reply carries the environment's counters (`zygote.Probes`), summed in `stats`; `configure`
 changes the function's variables in every environment before its next invocation. The processes'
 stdout and stderr (the function's log) are forwarded to the logger `batchinfer_local.function.<LogicalId>`,
@@ -102,12 +103,11 @@ class _Zygote:
         for reader in self._readers:
             reader.start()
         try:
-            reply = self.request({"op": "boot", "spec": spec.model_dump(mode="json", by_alias=True)},
-                                 timeout=INIT_TIMEOUT_SECONDS)
+            self.request({"op": "boot", "spec": spec.model_dump(mode="json", by_alias=True)},
+                         timeout=INIT_TIMEOUT_SECONDS)
         except InvocationError:
             self.close()
             raise
-        self.error: dict[str, Any] | None = reply.get("error") if reply["op"] != "ready" else None
 
     def request(self, message: dict[str, Any], fds: Iterable[int] = (), timeout: float = 30.0) -> dict[str, Any]:
         """Send one control message (with file descriptors) and return the zygote's answer.
@@ -263,19 +263,17 @@ class EnvironmentPool:
         return json.loads(reply["payload"])
 
     def warm(self) -> None:
-        """Start the zygote (the function's init) now rather than at the first invocation.
+        """Start one environment (its init) now rather than at the first invocation, if none exists.
 
         An init that fails is logged; the first invocation runs it again and fails with its error.
         """
-        with self._zygote_lock:
-            if self._zygote is None and not self._closed:
-                try:
-                    self._zygote = _Zygote(self.spec, self.environ, self._logger)
-                except InvocationError as error:
-                    log.warning("%s", error)
-                    return
-                if self._zygote.error is not None:
-                    log.warning("%s: init failed: %s", self.spec.logical_id, self._zygote.error.get("errorMessage"))
+        with self._cond:
+            if self._alive or self._closed:
+                return
+        try:
+            self._release(self._acquire(block=False), keep=True)
+        except (InvocationError, Throttled) as error:
+            log.warning("%s", error)
 
     def close(self) -> None:
         """End every environment and the zygote (invocations still running fail with Runtime.ExitError)."""
@@ -329,9 +327,6 @@ class EnvironmentPool:
             if self._zygote is None or self._zygote.process.poll() is not None:
                 self._zygote = _Zygote(self.spec, self.environ, self._logger)
             zygote = self._zygote
-            if zygote.error is not None:
-                self._discard_zygote()  # Lambda runs init again for the next invocation
-                raise InvocationError(self.spec.logical_id, zygote.error)
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             with theirs:
                 cpus = self._cpus(number) if self._share_cpus and not alone else None
@@ -350,11 +345,14 @@ class EnvironmentPool:
             raise InvocationError(self.spec.logical_id, {"errorType": "Runtime.ExitError",
                                                          "errorMessage": "the environment did not start"})
         try:
-            conn.recv()  # ready
+            ready = conn.recv()
         except (EOFError, OSError):
             conn.close()
             raise InvocationError(self.spec.logical_id, {"errorType": "Runtime.ExitError",
                                                          "errorMessage": "the environment did not start"}) from None
+        if ready["op"] == "failed":  # its init failed; it exits (Lambda runs init again next time)
+            conn.close()
+            raise InvocationError(self.spec.logical_id, ready["error"])
         return _Environment(number, pid, conn, generation)
 
     def _discard_zygote(self) -> None:

@@ -224,7 +224,8 @@ class SqsEventSource(threading.Thread):
 
     The poller receives with the function's role (`sqs`: Lambda polls with the execution role, hence
     AWSLambdaSQSQueueExecutionRole) while a slot is free: up to BatchSize messages, long polling 1 s,
-    then gathering more until the batch is full or MaximumBatchingWindowInSeconds has passed. After the
+    then gathering more until the batch is full or MaximumBatchingWindowInSeconds has passed since its
+    first record. After the
     invocation it deletes the messages that succeeded (function role). Failed ones become visible again
     after `redelivery_delay` seconds (`admin_sqs`: Lambda itself waits for the queue's VisibilityTimeout,
     far too long locally). A failed invocation fails the whole batch; with ReportBatchItemFailures only
@@ -286,12 +287,13 @@ class SqsEventSource(threading.Thread):
 
     def _receive(self) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
-        window_ends = time.monotonic() + self.source.maximum_batching_window
+        window_ends = left = 0.0  # the batching window starts with the first record
         while len(messages) < self.source.batch_size and not self._stopping.is_set():
-            left = window_ends - time.monotonic()
-            if messages and left <= 0:
-                break  # the batching window has passed: invoke with what there is
-            wait = 1 if not messages else min(20, int(left))
+            if messages:
+                left = window_ends - time.monotonic()
+                if left <= 0:
+                    break  # the batching window has passed: invoke with what there is
+            wait = min(20, int(left)) if messages else 1
             response = self._sqs.receive_message(
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=min(10, self.source.batch_size - len(messages)),
@@ -305,6 +307,8 @@ class SqsEventSource(threading.Thread):
                     body = self._transform(message["Body"])
                     if body != message["Body"]:
                         message["Body"], message["MD5OfBody"] = body, md5_hex(body)
+            if batch and not messages:
+                window_ends = time.monotonic() + self.source.maximum_batching_window
             messages.extend(batch)
             if not messages:
                 break

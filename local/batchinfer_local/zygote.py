@@ -1,18 +1,21 @@
-"""The child side of `environments.EnvironmentPool`: one function's init, then its execution environments.
+"""The child side of `environments.EnvironmentPool`: one function's zygote, and its execution environments.
 
 `python -m batchinfer_local.zygote <fd>` is started by the pool with exactly the function's environment
 (the template's variables, Lambda's reserved ones, its role's credentials). `<fd>` is an AF_UNIX
 SOCK_SEQPACKET socket to the pool, one JSON message per packet. The zygote:
-1. receives the function's `FunctionSpec` and imports the handler (Lambda's INIT phase), then answers
-   `ready` (or `failed`, with Lambda's `Runtime.ImportModuleError` shape);
+1. receives the function's `FunctionSpec`, imports the third-party modules handlers import (`PRELOAD`),
+   and answers `ready`;
 2. on `spawn` (with a stream socket passed along, SCM_RIGHTS) forks one execution environment, which
-   serves invocations on that socket one at a time (`serve`); `kill` ends one, `configure` changes the
-   variables (and clears caches) of environments forked from then on; end of file ends them all.
-Forking from a process that already ran init costs milliseconds and shares its memory copy-on-write,
-where importing the handler again would cost every environment ~0.3 s of CPU; what Lambda guarantees
-still holds in each environment: its own module state and os.environ, `cold_start` on its first
-invocation (Powertools keeps that in a module global, untouched by init), a reseeded `random`. The
-zygote must not start threads before forking (it checks).
+   imports the handler itself (Lambda's INIT phase, in every environment), answers `ready` (or `failed`,
+   Lambda's `Runtime.ImportModuleError`) and serves invocations on that socket one at a time (`serve`);
+   `kill` ends one, `configure` changes the variables of environments forked from then on; end of
+   file ends them all.
+Forking after the heavy imports costs an environment ~0.15 s of CPU (its own init) instead of ~0.5 s,
+and shares that memory copy-on-write. Init itself must not run in the zygote: handlers open file
+descriptors at import (the shard worker's event loop: an epoll instance and its wake-up socket), which
+forked environments would share. Each environment has what Lambda guarantees: its own module state
+and os.environ, `cold_start` on its first invocation, a reseeded `random`. The preloaded modules open
+no file and start no thread (the zygote checks for threads before forking).
 
 Not `multiprocessing`: its spawn/forkserver children re-import the parent's `__main__` (under pytest,
 pytest's entry point), and forking the parent (threads: moto, the event sources) is unsafe.
@@ -20,6 +23,7 @@ pytest's entry point), and forking the parent (threads: moto, the event sources)
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -37,6 +41,13 @@ from .functions import FunctionSpec, load_handler
 from .runtime import LocalLambdaContext
 
 _PACKET_BYTES = 1 << 20
+# What the handlers import that costs the most and opens nothing at import (checked: no file descriptor,
+# no thread); a module that is not installed is skipped.
+PRELOAD = ("boto3", "botocore.session", "botocore.client", "pydantic", "pydantic_settings", "aws_lambda_powertools",
+           "aws_lambda_powertools.logging", "aws_lambda_powertools.tracing", "aws_lambda_powertools.metrics",
+           "aws_lambda_powertools.event_handler", "aws_lambda_powertools.utilities.batch",
+           "aws_lambda_powertools.utilities.parser", "aws_lambda_powertools.utilities.typing",
+           "aws_lambda_powertools.utilities.data_classes", "aiohttp", "tenacity", "yaml", "jmespath")
 
 
 class _RequestId(logging.Filter):
@@ -121,8 +132,14 @@ def apply_configuration(message: dict[str, Any]) -> None:
                 break
 
 
-def serve(conn: Connection, spec: FunctionSpec, handler: Any, probes: Probes) -> None:
-    """One execution environment: invocations from `conn` one at a time until it closes."""
+def serve(conn: Connection, spec: FunctionSpec) -> None:
+    """One execution environment: its init, then invocations from `conn` one at a time until it closes."""
+    try:
+        handler = load_handler(spec)
+    except BaseException as exc:  # noqa: BLE001 - Lambda: the invocation fails with the init error
+        conn.send({"op": "failed", "error": error_shape(exc, "Runtime.ImportModuleError")})
+        return
+    probes = Probes()
     probes.delta()
     conn.send({"op": "ready", "pid": os.getpid()})
     while True:
@@ -187,13 +204,11 @@ def main() -> None:
     spec = FunctionSpec.model_validate(boot["spec"])
     logging.Formatter.converter = time.gmtime
     install_runtime_logging()
-    try:
-        handler = load_handler(spec)
-    except BaseException as exc:  # noqa: BLE001 - Lambda: the invocations fail with the init error
-        send({"op": "failed", "error": error_shape(exc, "Runtime.ImportModuleError")})
-        return
-    probes = Probes()
-    probes.hook()
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     send({"op": "ready", "pid": os.getpid()})
     children: set[int] = set()
     try:
@@ -213,8 +228,8 @@ def main() -> None:
                     if message.get("cpus"):
                         os.sched_setaffinity(0, message["cpus"])
                     try:
-                        serve(Connection(fds[0]), spec, handler, probes)
-                    except BaseException:  # the environment dies: say why in the function's log
+                        serve(Connection(fds[0]), spec)
+                    except BaseException:  # noqa: BLE001 - the environment dies: say why in its log
                         traceback.print_exc()
                     finally:
                         os._exit(0)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -70,8 +71,10 @@ def test_a_removed_statement_denies_the_call_it_allowed(tmp_path: Path) -> None:
             assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
 
 
-def test_twenty_shards_run_at_once_and_every_line_ends_in_exactly_one_file(tmp_path: Path) -> None:
+def test_twenty_shards_run_at_once_and_every_line_ends_in_exactly_one_file(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
     lines = [chat_line(f"line-{n:02d}", f"HOLD {n}", model=SCRIPTED) for n in range(20)]
+    caplog.set_level(logging.INFO, logger="batchinfer_local.function")
     with stack_with_upstream(tmp_path, parameter_overrides={"ShardSize": "1"}) as (stack, upstream), \
             api_client(stack, stack.api_key) as http:
         assert stack.pool_stats("ShardWorkerFunction").limit == 20  # MaxShardWorkers
@@ -84,8 +87,17 @@ def test_twenty_shards_run_at_once_and_every_line_ends_in_exactly_one_file(tmp_p
         batch = wait_for(http, batch_id)
         output = result_lines(http, batch["output_file_id"])
         stats = stack.pool_stats("ShardWorkerFunction")
+        names = {logical_id: spec.function_name for logical_id, spec in stack.functions.items()}
     print(f"shard-worker invocations at once: {peak} (of {stats.invocations}, {stats.environments} environments)")
     assert peak == 20
     assert batch["status"] == "completed"
     assert [line["custom_id"] for line in output] == [f"line-{n:02d}" for n in range(20)]
     assert_batch_invariant(batch, data, b"".join(json.dumps(line).encode() + b"\n" for line in output), None)
+    # Every function's log lines carry that function's own name (each environment its own Logger).
+    labelled = [(record.name.rsplit(".", 1)[1], json.loads(record.getMessage())) for record in caplog.records
+                if record.name.startswith("batchinfer_local.function.") and record.getMessage().startswith("{")]
+    shard_lines = [line for function, line in labelled if function == "ShardWorkerFunction" and line["message"] == "shard"]
+    assert len(shard_lines) == 20
+    assert {function for function, _ in labelled} >= {"PrepareFunction", "ShardWorkerFunction", "AggregatorFunction"}
+    assert all(line["function_name"] == names[function] for function, line in labelled if "function_name" in line)
+    assert len({line["function_request_id"] for line in shard_lines}) == 20
