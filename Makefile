@@ -36,6 +36,8 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/sam validate --lint --template template.yaml
 	$(BIN)/python tools/check_artifacts.py
 	$(BIN)/hadolint functions/Dockerfile

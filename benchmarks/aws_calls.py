@@ -1,9 +1,10 @@
 """AWS calls per 1,000 requests, by service and operation, and what they cost per million requests.
 
 A batch runs end to end on the local stack (every function's handler, wired by template.yaml, with
-the template's default shard size) against the simulated backend; `batchinfer.core.aws.on_call` counts
-every call the functions make. The SQS event source mappings' own receives and deletes are made by
-the Lambda service, not by batchinfer: they are estimated (one receive and one delete per message).
+the template's default shard size) against the simulated backend; `batchinfer.core.aws.on_call`, in
+every function's own processes, counts every call the functions make (`LocalStack.stats`). The SQS
+event source mappings' own receives and deletes are made by the Lambda service, not by batchinfer:
+they are estimated (one receive and one delete per message).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,64 +25,76 @@ from benchmarks.saturation import SimBackend, request_line
 # million requests; DynamoDB on-demand $0.625 per million write and $0.125 per million read request
 # units; S3 Standard $0.005 per 1,000 PUT/COPY/POST/LIST and $0.0004 per 1,000 GET/HEAD requests.
 LAMBDA_GB_S = {"x86_64": 0.0000166667, "arm64": 0.0000133334}
-PRICES = {"lambda_invocation": 0.20e-6, "sqs": 0.40e-6, "ddb_write": 0.625e-6,
-          "ddb_read": 0.125e-6, "s3_write": 0.005e-3, "s3_read": 0.0004e-3}
+PRICES = {
+    "lambda_invocation": 0.20e-6,
+    "sqs": 0.40e-6,
+    "ddb_write": 0.625e-6,
+    "ddb_read": 0.125e-6,
+    "s3_write": 0.005e-3,
+    "s3_read": 0.0004e-3,
+}
 # Request units per call (items are under 1 KB, reads strongly consistent): a transaction costs
 # twice per item, and the commit transaction writes the shard and the header; a query reads 4 KB pages.
-DDB_UNITS = {"GetItem": ("read", 1), "Query": ("read", 1), "PutItem": ("write", 1), "UpdateItem": ("write", 1),
-             "DeleteItem": ("write", 1), "TransactWriteItems": ("write", 4), "BatchWriteItem": ("write", 25),
-             "TransactGetItems": ("read", 4)}
+DDB_UNITS = {
+    "GetItem": ("read", 1),
+    "Query": ("read", 1),
+    "PutItem": ("write", 1),
+    "UpdateItem": ("write", 1),
+    "DeleteItem": ("write", 1),
+    "TransactWriteItems": ("write", 4),
+    "BatchWriteItem": ("write", 25),
+    "TransactGetItems": ("read", 4),
+}
 S3_READS = {"GetObject", "HeadObject"}
 
 
 def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
     """Run an `n`-request batch through the local stack (template defaults, or `shard_size`
     requests per shard); the calls it made, by (service, operation)."""
-    from batchinfer.core import aws
     from batchinfer_local import LocalStack
-
     from benchmarks.common import quiet_functions
 
     quiet_functions()
     from batchinfer_local.client import BatchClient
 
     counts: Counter[tuple[str, str]] = Counter()
-    lock = threading.Lock()
-
-    def count(service: str, operation: str) -> None:
-        with lock:
-            counts[(service, operation)] += 1
-
     saved = os.environ.get("MODEL_REGISTRY")
     with SimBackend(latency=0.01, capacity=512) as sim, tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "batch.jsonl"
         path.write_bytes(b"".join(json.dumps(request_line(i)).encode() + b"\n" for i in range(n)))
-        os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))
-        remove = aws.on_call(count)
+        os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))  # passed through to the functions
         try:
             overrides = {"ShardSize": str(shard_size)} if shard_size else {}
             with LocalStack(port=0, parameter_overrides=overrides) as stack:
                 client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key)
                 batch = client.create(client.upload(path)["id"])
                 stack.wait_idle(timeout=900)
+                for name, calls in stack.stats().items():  # "aws:<service>.<Operation>"
+                    if name.startswith("aws:"):
+                        service, _, operation = name.removeprefix("aws:").partition(".")
+                        counts[(service, operation)] += calls
                 batch = client.retrieve(batch["id"])
                 assert batch["status"] == "completed" and batch["request_counts"]["completed"] == n, batch
                 output = client.content(batch["output_file_id"])
                 assert output.count(b"\n") == n
                 shards = -(-n // int(os.environ["SHARD_SIZE"]))
         finally:
-            remove()
             if saved is None:
                 os.environ.pop("MODEL_REGISTRY", None)
             else:
                 os.environ["MODEL_REGISTRY"] = saved
-    return {"requests": n, "shards": shards, "counts": dict(counts),
-            # prepare, shard and finalize messages, each received and deleted by an event source mapping
-            "esm_calls": 2 * (1 + shards + 1)}
+    return {
+        "requests": n,
+        "shards": shards,
+        "counts": dict(counts),
+        # prepare, shard and finalize messages, each received and deleted by an event source mapping
+        "esm_calls": 2 * (1 + shards + 1),
+    }
 
 
-def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str,
-                     architecture: str = "x86_64") -> list[tuple[str, float, str]]:
+def cost_per_million(
+    result: dict[str, Any], worker_ms: float, basis: str, architecture: str = "x86_64"
+) -> list[tuple[str, float, str]]:
     """(item, dollars per million requests, basis) rows, from the counted calls and `worker_ms`, the
     shard worker's billed (wall) milliseconds per request, measured as `basis` says, with the functions
     on `architecture` (x86_64 or arm64: only Lambda compute differs)."""
@@ -108,16 +120,31 @@ def cost_per_million(result: dict[str, Any], worker_ms: float, basis: str,
     # and the aggregator stream at tens of MB/s on 1,024 MB: well under a cent per million requests.
     gb_s = worker_ms / 1000 * 3008 / 1024 * result["requests"]
     return [
-        ("S3 requests", (s3_read * PRICES["s3_read"] + s3_write * PRICES["s3_write"]) * scale,
-         f"{s3_write * scale / 1e3:,.0f}k PUT/POST/LIST, {s3_read * scale / 1e3:,.0f}k GET/HEAD"),
-        ("DynamoDB on-demand", (ddb_read * PRICES["ddb_read"] + ddb_write * PRICES["ddb_write"]) * scale,
-         f"{ddb_write * scale / 1e3:,.0f}k WRU, {ddb_read * scale / 1e3:,.0f}k RRU"),
-        ("SQS", sqs * PRICES["sqs"] * scale,
-         f"{sqs * scale / 1e3:,.0f}k requests (event source receives and deletes estimated)"),
-        ("Lambda invocations", invocations * PRICES["lambda_invocation"] * scale,
-         f"{invocations * scale / 1e3:,.1f}k invocations"),
-        ("Lambda compute (shard worker)", gb_s * LAMBDA_GB_S[architecture] * scale,
-         f"{worker_ms:.1f} ms per request at 3,008 MB ({basis})"),
+        (
+            "S3 requests",
+            (s3_read * PRICES["s3_read"] + s3_write * PRICES["s3_write"]) * scale,
+            f"{s3_write * scale / 1e3:,.0f}k PUT/POST/LIST, {s3_read * scale / 1e3:,.0f}k GET/HEAD",
+        ),
+        (
+            "DynamoDB on-demand",
+            (ddb_read * PRICES["ddb_read"] + ddb_write * PRICES["ddb_write"]) * scale,
+            f"{ddb_write * scale / 1e3:,.0f}k WRU, {ddb_read * scale / 1e3:,.0f}k RRU",
+        ),
+        (
+            "SQS",
+            sqs * PRICES["sqs"] * scale,
+            f"{sqs * scale / 1e3:,.0f}k requests (event source receives and deletes estimated)",
+        ),
+        (
+            "Lambda invocations",
+            invocations * PRICES["lambda_invocation"] * scale,
+            f"{invocations * scale / 1e3:,.1f}k invocations",
+        ),
+        (
+            "Lambda compute (shard worker)",
+            gb_s * LAMBDA_GB_S[architecture] * scale,
+            f"{worker_ms:.1f} ms per request at 3,008 MB ({basis})",
+        ),
     ]
 
 
@@ -126,5 +153,8 @@ if __name__ == "__main__":
     for size in [int(a) for a in sys.argv[1:]] or [None]:
         result = measure(int(os.environ.get("N", "5000")), size)
         total = sum(result["counts"].values()) * 1000 / result["requests"]
-        print(f"shard size {size or 'default'}: {total:.1f} AWS calls per 1,000 requests "
-              f"({result['shards']} shards)", flush=True)
+        print(
+            f"shard size {size or 'default'}: {total:.1f} AWS calls per 1,000 requests "
+            f"({result['shards']} shards)",
+            flush=True,
+        )

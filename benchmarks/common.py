@@ -39,10 +39,17 @@ def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | 
 
 
 @contextmanager
-def server_process(args: Sequence[str], port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+def server_process(
+    args: Sequence[str], port: int, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
     """Run `python <args>` (a loopback server listening on `port`) for the duration of the block."""
-    process = subprocess.Popen([sys.executable, *args], cwd=REPO, env={**os.environ, **(env or {})},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, process=process)
         yield process
@@ -64,10 +71,15 @@ def moto_server() -> Iterator[str]:
 
 
 def quiet_functions() -> None:
-    """Keep the functions' INFO logs (one JSON line per shard) out of the benchmark's output."""
+    """Keep the functions' INFO logs (one JSON line per shard) out of the benchmark's output: the local
+    stack's functions (their lines forwarded to `batchinfer_local.function.*`) and code run in this
+    process."""
+    import logging
+
     from batchinfer.core.observability import logger
 
     logger.setLevel("WARNING")
+    logging.getLogger("batchinfer_local.function").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -22,14 +21,18 @@ from pathlib import Path
 
 import httpx
 
-from batchinfer.core import chaos
-from batchinfer.core.settings import get_settings
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
 from benchmarks.common import free_port, server_process
 
-FAULTS = ("crash_before_commit", "crash_after_commit", "crash_in_aggregator", "backend_error", "slow_backend",
-          "duplicate_delivery")
+FAULTS = (
+    "crash_before_commit",
+    "crash_after_commit",
+    "crash_in_aggregator",
+    "backend_error",
+    "slow_backend",
+    "duplicate_delivery",
+)
 
 
 def main() -> int:
@@ -42,26 +45,48 @@ def main() -> int:
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="batchinfer-soak-"))
     registry = workdir / "models.yaml"
-    registry.write_text(f"models:\n  sim-model:\n    backend: openai\n    base_url: http://127.0.0.1:{port}/v1\n"
-                        f"    model: sim\n    api_key: unused\n")
+    registry.write_text(
+        f"models:\n  sim-model:\n    backend: openai\n    base_url: http://127.0.0.1:{port}/v1\n"
+        f"    model: sim\n    api_key: unused\n"
+    )
     source = workdir / "soak.jsonl"
     with source.open("w") as handle:
         for i in range(args.lines):
-            handle.write(json.dumps({"custom_id": f"soak-{i:05d}", "method": "POST", "url": "/v1/chat/completions",
-                                     "body": {"model": "sim-model", "max_tokens": 8,
-                                              "messages": [{"role": "user", "content": f"Question {i}"}]}}) + "\n")
-    os.environ.update({
-        "MODEL_REGISTRY": str(registry), "SHARD_LEASE_SECONDS": "2", "STUCK_AFTER_SECONDS": "3", "MAX_SHARD_ATTEMPTS": "50",
+            handle.write(
+                json.dumps(
+                    {
+                        "custom_id": f"soak-{i:05d}",
+                        "method": "POST",
+                        "url": "/v1/chat/completions",
+                        "body": {
+                            "model": "sim-model",
+                            "max_tokens": 8,
+                            "messages": [{"role": "user", "content": f"Question {i}"}],
+                        },
+                    }
+                )
+                + "\n"
+            )
+    # The functions' own environments (their processes), not this one's.
+    functions = {
+        "MODEL_REGISTRY": str(registry),
+        "SHARD_LEASE_SECONDS": "2",
+        "STUCK_AFTER_SECONDS": "3",
+        "MAX_SHARD_ATTEMPTS": "50",
         "CHECKPOINT_SECONDS": "1",
-        "BATCHINFER_CHAOS": json.dumps({"seed": args.seed, "slow_backend_seconds": 0.2,
-                                        **{fault: args.rate for fault in FAULTS}})})
-    chaos.reset()
-    with server_process(["-m", "benchmarks.sim_backend", "--port", str(port), "--latency", "0.01",
-                         "--capacity", "64"], port), \
-            LocalStack(port=0, schedule_interval=1.0) as stack:
+        "BATCHINFER_CHAOS": json.dumps(
+            {"seed": args.seed, "slow_backend_seconds": 0.2, **{fault: args.rate for fault in FAULTS}}
+        ),
+    }
+    with (
+        server_process(
+            ["-m", "benchmarks.sim_backend", "--port", str(port), "--latency", "0.01", "--capacity", "64"],
+            port,
+        ),
+        LocalStack(port=0, schedule_interval=1.0, function_environment=functions) as stack,
+    ):
         for name in ("batchinfer", "batchinfer_local"):  # injected crashes log tracebacks by design
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        get_settings.cache_clear()
         client = BatchClient(f"{stack.base_url}/v1", stack.api_key, timeout=120)
         started = time.monotonic()
         batch = client.create(client.upload(source)["id"])
@@ -73,7 +98,11 @@ def main() -> int:
             if batch[f"{kind}_file_id"]:
                 for line in client.content(batch[f"{kind}_file_id"]).splitlines():
                     results[json.loads(line)["custom_id"]] += 1
-        fired = dict(chaos.injected)
+        fired = {
+            name.removeprefix("chaos:"): count
+            for name, count in stack.stats().items()
+            if name.startswith("chaos:")
+        }
     expected = {f"soak-{i:05d}" for i in range(args.lines)}
     lost = len(expected - set(results))
     duplicated = sum(n - 1 for n in results.values() if n > 1)
@@ -81,8 +110,10 @@ def main() -> int:
     print(f"status:                     {batch['status']} {batch['request_counts']}")
     print(f"lines lost:                 {lost}")
     print(f"lines duplicated:           {duplicated}")
-    print(f"model requests per line:    {stats['served'] / args.lines:.3f} (served {stats['served']}, "
-          f"refused 429 {stats['refused']})")
+    print(
+        f"model requests per line:    {stats['served'] / args.lines:.3f} (served {stats['served']}, "
+        f"refused 429 {stats['refused']})"
+    )
     print(f"faults injected:            {fired}")
     print(f"time to terminal:           {elapsed:.1f} s")
     return 0 if lost == 0 and duplicated == 0 and batch["status"] == "completed" else 1

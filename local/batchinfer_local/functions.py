@@ -25,13 +25,24 @@ class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
+class ScalingConfigSpec(_Spec):
+    """An SQS event source's `ScalingConfig`: most invocations the mapping runs at once (2..1000)."""
+
+    maximum_concurrency: int = Field(alias="MaximumConcurrency", ge=2, le=1000)
+
+
 class SqsEventSpec(_Spec):
-    """An `SQS` event source (defaults as in the Lambda event source mapping API)."""
+    """An `SQS` event source (defaults as in the Lambda event source mapping API).
+
+    `maximum_batching_window` is in seconds (0..300); `maximum_concurrency` is None without a ScalingConfig.
+    """
 
     type: Literal["SQS"] = "SQS"
     name: str
     queue_arn: str = Field(alias="Queue")
     batch_size: int = Field(10, alias="BatchSize", ge=1, le=10_000)
+    maximum_batching_window: int = Field(0, alias="MaximumBatchingWindowInSeconds", ge=0, le=300)
+    scaling_config: ScalingConfigSpec | None = Field(None, alias="ScalingConfig")
     enabled: bool = Field(True, alias="Enabled")
     function_response_types: tuple[str, ...] = Field((), alias="FunctionResponseTypes")
 
@@ -39,6 +50,11 @@ class SqsEventSpec(_Spec):
     def reports_batch_item_failures(self) -> bool:
         """Whether the handler's `batchItemFailures` answer is honoured (else it is ignored)."""
         return "ReportBatchItemFailures" in self.function_response_types
+
+    @property
+    def maximum_concurrency(self) -> int | None:
+        """ScalingConfig.MaximumConcurrency, if declared."""
+        return self.scaling_config.maximum_concurrency if self.scaling_config else None
 
 
 class ScheduleEventSpec(_Spec):
@@ -87,7 +103,9 @@ class FunctionSpec(_Spec):
     """One function of the template, resolved: what the runtime needs to invoke it.
 
     `timeout` is in seconds, `memory_size` in MB; `environment` holds the merged, resolved
-    variables (Globals + function) as strings; `handler_file`/`handler_name` locate the code.
+    variables (Globals + function) as strings; `handler_file`/`handler_name` locate the code;
+    `reserved_concurrency` is ReservedConcurrentExecutions (None: the account's unreserved pool);
+    `package_type` is `Zip` or `Image`.
     """
 
     logical_id: str
@@ -99,6 +117,8 @@ class FunctionSpec(_Spec):
     memory_size: int = Field(128, ge=128, le=10_240)
     environment: dict[str, str] = {}
     events: tuple[EventSpec, ...] = ()
+    reserved_concurrency: int | None = Field(None, ge=0)
+    package_type: Literal["Zip", "Image"] = "Zip"
 
 
 # Event types the runtime can drive; others are reported and skipped.
@@ -117,7 +137,9 @@ def handler_location(
         dockerfile = metadata.get("Dockerfile")
         command = (properties.get("ImageConfig") or {}).get("Command") or []
         if not dockerfile or not command:
-            raise TemplateError(f"{logical_id}: an image function needs Metadata.Dockerfile and ImageConfig.Command")
+            raise TemplateError(
+                f"{logical_id}: an image function needs Metadata.Dockerfile and ImageConfig.Command"
+            )
         code_dir = (template_dir / metadata.get("DockerContext", ".") / dockerfile).parent
         handler = command[0]
     else:
@@ -147,15 +169,25 @@ def function_specs(template: Mapping[str, Any], template_dir: Path, resolver: Re
         if "Condition" in resource and not resolver.condition(resource["Condition"]):
             continue
         properties = merge_function_globals(template, logical_id)
-        handler_file, handler_name = handler_location(template_dir, logical_id, properties, resource.get("Metadata") or {})
-        variables = resolver.resolve((properties.get("Environment") or {}).get("Variables") or {}, f"{logical_id}.Environment")
+        handler_file, handler_name = handler_location(
+            template_dir, logical_id, properties, resource.get("Metadata") or {}
+        )
+        variables = resolver.resolve(
+            (properties.get("Environment") or {}).get("Variables") or {}, f"{logical_id}.Environment"
+        )
         events = []
         for event_name, event in (properties.get("Events") or {}).items():
             if event.get("Type") not in DRIVEN_EVENT_TYPES:
-                raise TemplateError(f"{logical_id}.{event_name}: event type {event.get('Type')} is not emulated locally")
-            event_properties = resolver.resolve(event.get("Properties") or {}, f"{logical_id}.Events.{event_name}")
+                raise TemplateError(
+                    f"{logical_id}.{event_name}: event type {event.get('Type')} is not emulated locally"
+                )
+            event_properties = resolver.resolve(
+                event.get("Properties") or {}, f"{logical_id}.Events.{event_name}"
+            )
             events.append({"type": event["Type"], "name": event_name, **event_properties})
-        stack, region, account = (resolver.pseudo[k] for k in ("AWS::StackName", "AWS::Region", "AWS::AccountId"))
+        stack, region, account = (
+            resolver.pseudo[k] for k in ("AWS::StackName", "AWS::Region", "AWS::AccountId")
+        )
         name = str(resolver.resolve(properties.get("FunctionName", f"{stack}-{logical_id}")))
         try:
             specs.append(
@@ -169,6 +201,8 @@ def function_specs(template: Mapping[str, Any], template_dir: Path, resolver: Re
                     memory_size=int(resolver.resolve(properties.get("MemorySize", 128))),
                     environment={key: _env_string(value) for key, value in variables.items()},
                     events=tuple(events),  # validated into the EventSpec union
+                    reserved_concurrency=resolver.resolve(properties.get("ReservedConcurrentExecutions")),
+                    package_type=properties.get("PackageType", "Zip"),
                 )
             )
         except ValidationError as exc:
@@ -186,23 +220,17 @@ def _env_string(value: Any) -> str:
 
 
 def merged_environment(specs: list[FunctionSpec]) -> dict[str, str]:
-    """The one environment all functions share in the local process.
-
-    Raises:
-        TemplateError: two functions give the same variable different values (they cannot both
-            see their own value in one process).
+    """The functions' variables merged into one environment, for code that calls the domain in-process
+    (tests, benchmarks, the local stack's own process); a variable that two functions give different
+    values is left out. Each function's own environment is `FunctionSpec.environment`.
     """
     merged: dict[str, str] = {}
-    owner: dict[str, str] = {}
+    conflicting: set[str] = set()
     for spec in specs:
         for key, value in spec.environment.items():
-            if key in merged and merged[key] != value:
-                raise TemplateError(
-                    f"environment variable {key} is {merged[key]!r} in {owner[key]} but {value!r} in "
-                    f"{spec.logical_id}; functions share one process locally, so they must agree"
-                )
-            merged[key], owner[key] = value, spec.logical_id
-    return merged
+            if merged.setdefault(key, value) != value:
+                conflicting.add(key)
+    return {key: value for key, value in merged.items() if key not in conflicting}
 
 
 def load_handler(spec: FunctionSpec) -> Handler:
@@ -210,7 +238,7 @@ def load_handler(spec: FunctionSpec) -> Handler:
 
     The code directory is on `sys.path` while the module executes, as it is the task root in
     Lambda, so top-level imports of sibling modules work (sibling module names are shared by
-    all functions of the process).
+    all functions of a process: the local stack runs each function in processes of its own).
 
     Raises:
         TemplateError: the file is missing or does not define a callable handler.

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .functions import HttpApiEventSpec
-from .runtime import FunctionRuntime
+from .runtime import InvocationError, Invoker
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +44,17 @@ _TEXT_TYPES = re.compile(
 class Route:
     """One route: a function and its `Method Path` (or `$default`), compiled for matching."""
 
-    runtime: FunctionRuntime
+    function: Invoker
     source: HttpApiEventSpec
     pattern: re.Pattern[str] | None
     greedy: bool
     literal_segments: int
 
     @classmethod
-    def of(cls, runtime: FunctionRuntime, source: HttpApiEventSpec) -> Route:
+    def of(cls, function: Invoker, source: HttpApiEventSpec) -> Route:
         """Compile `source.path`: `{name}` matches one segment, a final `{name+}` the rest."""
         if source.path is None:
-            return cls(runtime, source, None, True, -1)
+            return cls(function, source, None, True, -1)
         parts, greedy, literals = [], False, 0
         segments = source.path.strip("/").split("/") if source.path.strip("/") else []
         for index, segment in enumerate(segments):
@@ -69,7 +69,7 @@ class Route:
             else:
                 parts.append(re.escape(segment))
                 literals += 1
-        return cls(runtime, source, re.compile("/" + "/".join(parts)), greedy, literals)
+        return cls(function, source, re.compile("/" + "/".join(parts)), greedy, literals)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """Path parameters (URL-decoded) if the route takes `method` and `path`, else None."""
@@ -84,8 +84,14 @@ class Route:
         return {names[group]: unquote(value) for group, value in found.groupdict().items()}
 
     def rank(self) -> tuple[int, int, int, int]:
-        """Sort key: full routes before greedy ones before `$default`, more literals first, methods before ANY."""
-        return (self.pattern is None, self.greedy, -self.literal_segments, self.source.method.upper() == "ANY")
+        """Sort key: full routes before greedy ones before `$default`, more literals first, methods
+        before ANY."""
+        return (
+            self.pattern is None,
+            self.greedy,
+            -self.literal_segments,
+            self.source.method.upper() == "ANY",
+        )
 
 
 def _group(name: str) -> str:
@@ -144,7 +150,8 @@ def http_api_event(
     `target` is the request target (path and query, percent-encoded as received); `headers`
     are in arrival order (repeated names are joined with commas, names lower-cased, cookies
     moved to `cookies`, hop-by-hop headers dropped, x-forwarded-for/-proto/-port added with
-    `source_ip` and `host_port`, the server's port). Empty parts (query, cookies, path parameters, body) are left out, as
+    `source_ip` and `host_port`, the server's port). Empty parts (query, cookies, path parameters, body) are
+    left out, as
     API Gateway does.
     """
     now = now or datetime.now(UTC)
@@ -216,7 +223,9 @@ class HttpResponse:
 
 
 def _json_response(status: int, message: str) -> HttpResponse:
-    return HttpResponse(status, [("Content-Type", "application/json")], json.dumps({"message": message}).encode())
+    return HttpResponse(
+        status, [("Content-Type", "application/json")], json.dumps({"message": message}).encode()
+    )
 
 
 BAD_REQUEST = _json_response(400, "Bad Request")
@@ -249,7 +258,12 @@ def http_response(result: Any) -> HttpResponse:
 
 
 class HttpApiServer:
-    """A threading HTTP server on `host:port` (0 = a free port) dispatching to the routes' handlers."""
+    """A threading HTTP server on `host:port` (0 = a free port) dispatching to the routes' functions.
+
+    Requests are served concurrently, each invoking its function synchronously: up to the function's
+    concurrency at once, further requests wait for a free environment (Lambda would throttle them,
+    and API Gateway answer 500: locally a burst is slower instead of failing).
+    """
 
     def __init__(self, router: Router, account_id: str, host: str = "127.0.0.1", port: int = 8000) -> None:
         self.router, self.account_id = router, account_id
@@ -275,7 +289,9 @@ class HttpApiServer:
             self._thread.join()
         self._server.server_close()
 
-    def respond(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> HttpResponse:
+    def respond(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
+    ) -> HttpResponse:
         """Route one request, invoke its handler and build the response (404/413/500 as API Gateway)."""
         path = urlsplit(target).path or "/"
         found = self.router.find(method, path)
@@ -299,9 +315,14 @@ class HttpApiServer:
             log.warning("%s %s: event exceeds Lambda's 6 MB invocation payload limit", method, path)
             return TOO_LARGE
         try:
-            return http_response(route.runtime.invoke(event))
-        except Exception:
-            log.exception("%s %s: %s failed", method, path, route.runtime.spec.logical_id)
+            return http_response(route.function.invoke(event))
+        except InvocationError as error:
+            log.error("%s %s: %s", method, path, error)
+            return INTERNAL_ERROR
+        except ValueError:
+            log.exception(
+                "%s %s: %s returned a malformed response", method, path, route.function.spec.logical_id
+            )
             return INTERNAL_ERROR
 
     def _request_handler(self) -> type[BaseHTTPRequestHandler]:
@@ -322,7 +343,13 @@ class HttpApiServer:
                 response = api.respond(
                     self.command, self.path, list(self.headers.items()), body, self.client_address[0]
                 )
-                log.debug("%s %s -> %d (%.0f ms)", self.command, self.path, response.status, (time.monotonic() - started) * 1000)
+                log.debug(
+                    "%s %s -> %d (%.0f ms)",
+                    self.command,
+                    self.path,
+                    response.status,
+                    (time.monotonic() - started) * 1000,
+                )
                 self._send(response)
 
             def _send(self, response: HttpResponse) -> None:
@@ -358,7 +385,7 @@ class HttpApiServer:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class signature
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
         return Handler

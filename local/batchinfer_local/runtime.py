@@ -1,11 +1,13 @@
-"""Invoke handlers the way Lambda does: a Lambda context, SQS event-source pollers, schedules.
+"""Invoke functions the way Lambda does: the context, SQS event source mappings, schedules.
 
-Event shapes follow the Lambda developer guide:
-- SQS: https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html (event, partial batch responses)
-- Schedule: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-run-lambda-schedule.html
-Each function has one execution environment: its invocations are serialized, as concurrent
-calls into one module would share state (e.g. a Powertools resolver's current event) that
-Lambda keeps apart.
+Event shapes and rules follow the Lambda developer guide:
+- SQS: https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html (event, partial batch responses,
+  batching window) and https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html (maximum
+  concurrency of the mapping);
+- Schedule: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-run-lambda-schedule.html (an
+  asynchronous invocation per tick, whether or not the previous one has ended).
+The event sources drive an `Invoker`: `environments.EnvironmentPool`, the function's execution
+environments, as many at once as its concurrency allows.
 """
 
 from __future__ import annotations
@@ -13,19 +15,18 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.core import chaos
-
-from .functions import FunctionSpec, Handler, ScheduleEventSpec, SqsEventSpec
+from .functions import FunctionSpec, ScheduleEventSpec, SqsEventSpec
 from .moto_compat import md5_hex
 
 log = logging.getLogger(__name__)
@@ -34,28 +35,71 @@ log = logging.getLogger(__name__)
 class LocalLambdaContext(LambdaContext):
     """The `context` argument of a local invocation (Powertools' `LambdaContext` interface).
 
-    `get_remaining_time_in_millis()` counts down from the function's Timeout, floored at 0.
+    `get_remaining_time_in_millis()` counts down to `deadline` (a `time.monotonic()` value; default
+    the function's Timeout from now), floored at 0.
     """
 
-    def __init__(self, spec: FunctionSpec, request_id: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: FunctionSpec,
+        request_id: str | None = None,
+        deadline: float | None = None,
+        log_stream_name: str | None = None,
+    ) -> None:
         self._function_name = spec.function_name
         self._function_version = "$LATEST"
         self._invoked_function_arn = spec.function_arn
         self._memory_limit_in_mb = spec.memory_size
         self._aws_request_id = request_id or str(uuid.uuid4())
         self._log_group_name = f"/aws/lambda/{spec.function_name}"
-        self._log_stream_name = f"{datetime.now(UTC):%Y/%m/%d}/[$LATEST]{uuid.uuid4().hex}"
+        self._log_stream_name = log_stream_name or log_stream(spec)
         self._identity = None  # type: ignore[assignment]
         self._client_context = None  # type: ignore[assignment]
-        self._deadline = time.monotonic() + spec.timeout
+        self._deadline = time.monotonic() + spec.timeout if deadline is None else deadline
 
     def get_remaining_time_in_millis(self) -> int:  # type: ignore[override]
-        """Milliseconds left before the function's Timeout (0 once it has passed)."""
+        """Milliseconds left before the invocation's deadline (0 once it has passed)."""
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
-class InvocationTimeout(RuntimeError):
-    """The handler returned after the function's Timeout; Lambda would have failed the invocation."""
+def log_stream(spec: FunctionSpec) -> str:
+    """A new execution environment's log stream name, as Lambda names them."""
+    return f"{datetime.now(UTC):%Y/%m/%d}/[$LATEST]{uuid.uuid4().hex}"
+
+
+class InvocationError(RuntimeError):
+    """An invocation failed, as Lambda reports it: `error` is `{"errorType", "errorMessage", "stackTrace"}`
+    (the handler's exception, or `Sandbox.Timedout`, `Runtime.ExitError`, `Runtime.ImportModuleError`,
+    `Runtime.MarshalError`)."""
+
+    def __init__(self, function: str, error: dict[str, Any]) -> None:
+        super().__init__(f"{function}: {error.get('errorType')}: {error.get('errorMessage')}")
+        self.error = error
+
+
+class Throttled(RuntimeError):
+    """Every execution environment of the function is busy and it may have no more (Lambda's 429)."""
+
+
+class Invoker(Protocol):
+    """A function the event sources can invoke (`environments.EnvironmentPool`)."""
+
+    spec: FunctionSpec
+    activity: Activity
+
+    def invoke(self, event: Any, *, block: bool = True) -> Any:
+        """Run one invocation; its JSON result. Raises `InvocationError` (and `Throttled` if not `block`)."""
+
+    @property
+    def limit(self) -> int:
+        """Most invocations at once."""
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """The function's variables as its environments see them."""
+
+    def count(self, name: str, by: int = 1) -> None:
+        """Add to one of the function's counters (`stats`)."""
 
 
 class Activity:
@@ -83,39 +127,6 @@ class Activity:
                 self.generation += 1
 
 
-class FunctionRuntime:
-    """One function's execution environment: its loaded handler and a lock serializing invocations."""
-
-    def __init__(self, spec: FunctionSpec, handler: Handler, activity: Activity) -> None:
-        self.spec = spec
-        self.handler = handler
-        self.activity = activity
-        self.invocations = 0
-        self._lock = threading.Lock()
-
-    def invoke(self, event: dict[str, Any]) -> Any:
-        """Call the handler with a JSON copy of `event` and a fresh context; return its JSON result.
-
-        Raises:
-            Exception: whatever the handler raised.
-            InvocationTimeout: the handler took longer than the function's Timeout.
-            TypeError: the result is not JSON-serializable (Lambda's Runtime.MarshalError).
-        """
-        # Lambda hands over a freshly parsed payload and serializes the result.
-        payload = json.loads(json.dumps(event))
-        with self.activity.running(), self._lock:
-            context = LocalLambdaContext(self.spec)
-            self.invocations += 1
-            started = time.monotonic()
-            result = self.handler(payload, context)
-            elapsed = time.monotonic() - started
-        if elapsed > self.spec.timeout:
-            raise InvocationTimeout(
-                f"{self.spec.logical_id}: Task timed out after {self.spec.timeout:.2f} seconds ({elapsed:.2f} s)"
-            )
-        return json.loads(json.dumps(result))
-
-
 def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
     """The Lambda SQS event for messages as returned by ReceiveMessage (all attributes requested)."""
     records = []
@@ -126,7 +137,8 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> di
             "body": message["Body"],
             "attributes": dict(message.get("Attributes") or {}),
             "messageAttributes": {
-                name: _message_attribute(value) for name, value in (message.get("MessageAttributes") or {}).items()
+                name: _message_attribute(value)
+                for name, value in (message.get("MessageAttributes") or {}).items()
             },
             "md5OfBody": message["MD5OfBody"],
             "eventSource": "aws:sqs",
@@ -182,55 +194,117 @@ def failed_message_ids(result: Any, message_ids: list[str]) -> set[str]:
     return failed
 
 
-class SqsPoller(threading.Thread):
-    """Lambda's SQS event source mapping for one function and queue, as a thread.
+class DuplicateDelivery:
+    """Chaos mode's `duplicate_delivery` fault for one event source mapping (SQS is at-least-once).
 
-    Receives up to BatchSize messages (long polling 1 s), invokes the handler, deletes the
-    messages that succeeded and makes the failed ones visible again after `redelivery_delay`
-    seconds (SQS takes whole seconds). A handler error fails the whole batch; with
-    ReportBatchItemFailures only the reported messages fail. Moving a message to the DLQ after
-    maxReceiveCount receives is done by SQS (moto) on receive, as in AWS. `transform`, if given,
-    rewrites each body before delivery (see `moto_compat`), with md5OfBody recomputed.
+    The rate and seed come from `BATCHINFER_CHAOS` as the function's environments see it (so changing
+    the functions' variables changes it too), drawn from a stream seeded like `batchinfer.core.chaos`'s.
+    """
+
+    def __init__(self, function: Invoker) -> None:
+        self._function = function
+        self._raw: str | None = None
+        self._rate, self._random = 0.0, random.Random(0)
+        self._lock = threading.Lock()
+
+    def roll(self) -> bool:
+        """Whether to deliver one message again."""
+        raw = self._function.environ.get("BATCHINFER_CHAOS") or None
+        with self._lock:
+            if raw != self._raw:
+                from batchinfer.core.chaos import ChaosConfig
+
+                config = ChaosConfig.model_validate(json.loads(raw)) if raw else None
+                self._raw = raw
+                self._rate = config.duplicate_delivery if config else 0.0
+                self._random = random.Random(f"{config.seed if config else 0}/duplicate_delivery")
+            fired = self._rate > 0 and self._random.random() < self._rate
+        if fired:
+            self._function.count("chaos:duplicate_delivery")
+        return fired
+
+
+class SqsEventSource(threading.Thread):
+    """Lambda's SQS event source mapping for one function and queue: a poller thread and up to
+    `concurrency` batches in flight, each invoked in a thread of its own.
+
+    The poller receives with the function's role (`sqs`: Lambda polls with the execution role, hence
+    AWSLambdaSQSQueueExecutionRole) while a slot is free: up to BatchSize messages, long polling 1 s,
+    then gathering more until the batch is full or MaximumBatchingWindowInSeconds has passed since its
+    first record. After the
+    invocation it deletes the messages that succeeded (function role). Failed ones become visible again
+    after `redelivery_delay` seconds (`admin_sqs`: Lambda itself waits for the queue's VisibilityTimeout,
+    far too long locally). A failed invocation fails the whole batch; with ReportBatchItemFailures only
+    the reported messages fail. SQS (moto) moves a message to the DLQ after maxReceiveCount receives.
+    `concurrency` is ScalingConfig.MaximumConcurrency, else the function's concurrency. `transform`, if
+    given, rewrites each body before delivery (see `moto_compat`), with md5OfBody recomputed.
     """
 
     def __init__(
         self,
-        runtime: FunctionRuntime,
+        function: Invoker,
         source: SqsEventSpec,
         queue_url: str,
         sqs: Any,
+        admin_sqs: Any,
         region: str,
         redelivery_delay: float,
         stopping: threading.Event,
         transform: Callable[[str], str] | None = None,
     ) -> None:
-        super().__init__(name=f"sqs-{runtime.spec.logical_id}-{source.name}", daemon=True)
-        self.runtime, self.source, self.queue_url = runtime, source, queue_url
+        super().__init__(name=f"sqs-{function.spec.logical_id}-{source.name}", daemon=True)
+        self.function, self.source, self.queue_url = function, source, queue_url
+        self.concurrency = min(function.limit, source.maximum_concurrency or function.limit)
         self._transform = transform
-        self._sqs, self._region, self._stopping = sqs, region, stopping
+        self._sqs, self._admin_sqs, self._region, self._stopping = sqs, admin_sqs, region, stopping
         self._delay = max(0, round(redelivery_delay))
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._batches: list[threading.Thread] = []
+        self._duplicates = DuplicateDelivery(function)
 
     def run(self) -> None:
         """Poll until the stack stops; errors are logged and polling continues."""
         while not self._stopping.is_set():
+            if not self._slots.acquire(timeout=0.5):
+                continue
             try:
                 messages = self._receive()
-                if messages:
-                    with self.runtime.activity.running():
-                        self._process(messages)
             except Exception:
+                self._slots.release()
                 if self._stopping.is_set():
                     return  # moto is shutting down under us
                 log.exception("%s: polling failed", self.name)
                 self._stopping.wait(1.0)
+                continue
+            if not messages:
+                self._slots.release()
+                continue
+            batch = threading.Thread(
+                target=self._run_batch, args=(messages,), daemon=True, name=f"{self.name}-batch"
+            )
+            self._batches = [thread for thread in self._batches if thread.is_alive()] + [batch]
+            batch.start()
+
+    def join_batches(self, timeout: float) -> list[threading.Thread]:
+        """Wait up to `timeout` seconds in all for the batches in flight; those still running."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._batches):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread for thread in self._batches if thread.is_alive()]
 
     def _receive(self) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
-        while len(messages) < self.source.batch_size:
+        window_ends = left = 0.0  # the batching window starts with the first record
+        while len(messages) < self.source.batch_size and not self._stopping.is_set():
+            if messages:
+                left = window_ends - time.monotonic()
+                if left <= 0:
+                    break  # the batching window has passed: invoke with what there is
+            wait = min(20, int(left)) if messages else 1
             response = self._sqs.receive_message(
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=min(10, self.source.batch_size - len(messages)),
-                WaitTimeSeconds=0 if messages else 1,
+                WaitTimeSeconds=wait,
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
             )
@@ -240,34 +314,55 @@ class SqsPoller(threading.Thread):
                     body = self._transform(message["Body"])
                     if body != message["Body"]:
                         message["Body"], message["MD5OfBody"] = body, md5_hex(body)
+            if batch and not messages:
+                window_ends = time.monotonic() + self.source.maximum_batching_window
             messages.extend(batch)
-            if not batch or self._stopping.is_set():
+            if not messages:
                 break
+            if not batch and wait == 0:
+                self._stopping.wait(min(left, 0.1))  # under a second of window left: no long poll
         return messages
+
+    def _run_batch(self, messages: list[dict[str, Any]]) -> None:
+        try:
+            with self.function.activity.running():
+                self._process(messages)
+        except Exception:
+            if not self._stopping.is_set():
+                log.exception("%s: a batch could not be settled", self.name)
+        finally:
+            self._slots.release()
 
     def _process(self, messages: list[dict[str, Any]]) -> None:
         ids = [message["MessageId"] for message in messages]
         try:
-            result = self.runtime.invoke(sqs_event(messages, self.source.queue_arn, self._region))
+            result = self.function.invoke(sqs_event(messages, self.source.queue_arn, self._region))
             failed = failed_message_ids(result, ids) if self.source.reports_batch_item_failures else set()
-        except Exception:
-            log.exception("%s failed on a batch of %d message(s); all will be redelivered", self.runtime.spec.logical_id, len(ids))
+        except InvocationError as error:
+            if not self._stopping.is_set():
+                log.warning(
+                    "%s failed on a batch of %d message(s), all will be redelivered: %s",
+                    self.function.spec.logical_id,
+                    len(ids),
+                    error,
+                )
             failed = set(ids)
         handles = {message["MessageId"]: message["ReceiptHandle"] for message in messages}
         done = [mid for mid in ids if mid not in failed]
         for chunk in _chunks(done, 10):
             response = self._sqs.delete_message_batch(
-                QueueUrl=self.queue_url, Entries=[{"Id": str(i), "ReceiptHandle": handles[mid]} for i, mid in enumerate(chunk)]
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": handles[mid]} for i, mid in enumerate(chunk)],
             )
             for failure in response.get("Failed", []):
                 log.warning("%s: could not delete a message: %s", self.name, failure)
         # Chaos mode: SQS is at-least-once; deliver some messages again (`duplicate_delivery`).
         for message in messages:
-            if chaos.roll("duplicate_delivery"):
-                self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=message["Body"])
+            if self._duplicates.roll():
+                self._admin_sqs.send_message(QueueUrl=self.queue_url, MessageBody=message["Body"])
         retry = [mid for mid in ids if mid in failed]
         for chunk in _chunks(retry, 10):
-            self._sqs.change_message_visibility_batch(
+            self._admin_sqs.change_message_visibility_batch(
                 QueueUrl=self.queue_url,
                 Entries=[
                     {"Id": str(i), "ReceiptHandle": handles[mid], "VisibilityTimeout": self._delay}
@@ -297,15 +392,17 @@ def scheduled_event(rule_arn: str, account: str, region: str) -> dict[str, Any]:
 
 
 class ScheduleRunner(threading.Thread):
-    """Invokes a function every `interval` seconds (first call one interval after start).
+    """Invokes a function asynchronously every `interval` seconds (first call one interval after start).
 
-    The event is the declared `Input` JSON if any, else a Scheduled Event. Errors are logged
-    (EventBridge's asynchronous retries are not emulated).
+    The event is the declared `Input` JSON if any, else a Scheduled Event. Each tick is an invocation of
+    its own, whether or not the previous one has ended; a tick the function has no free environment for
+    is dropped (Lambda would retry the throttled event later; the next tick comes first here). Errors
+    are logged (EventBridge's asynchronous retries are not emulated).
     """
 
     def __init__(
         self,
-        runtime: FunctionRuntime,
+        function: Invoker,
         source: ScheduleEventSpec,
         interval: float,
         stack_name: str,
@@ -313,10 +410,13 @@ class ScheduleRunner(threading.Thread):
         region: str,
         stopping: threading.Event,
     ) -> None:
-        super().__init__(name=f"schedule-{runtime.spec.logical_id}-{source.name}", daemon=True)
-        self.runtime, self.source, self.interval = runtime, source, interval
-        self._rule_arn = f"arn:aws:events:{region}:{account}:rule/{stack_name}-{runtime.spec.logical_id}{source.name}"
+        super().__init__(name=f"schedule-{function.spec.logical_id}-{source.name}", daemon=True)
+        self.function, self.source, self.interval = function, source, interval
+        self._rule_arn = (
+            f"arn:aws:events:{region}:{account}:rule/{stack_name}-{function.spec.logical_id}{source.name}"
+        )
         self._account, self._region, self._stopping = account, region, stopping
+        self._ticks: list[threading.Thread] = []
 
     def run(self) -> None:
         """Tick until the stack stops."""
@@ -326,7 +426,22 @@ class ScheduleRunner(threading.Thread):
                 if self.source.input is not None
                 else scheduled_event(self._rule_arn, self._account, self._region)
             )
-            try:
-                self.runtime.invoke(event)
-            except Exception:
-                log.exception("%s: scheduled invocation failed", self.name)
+            tick = threading.Thread(target=self._invoke, args=(event,), daemon=True, name=f"{self.name}-tick")
+            self._ticks = [thread for thread in self._ticks if thread.is_alive()] + [tick]
+            tick.start()
+
+    def join_batches(self, timeout: float) -> list[threading.Thread]:
+        """Wait up to `timeout` seconds in all for running ticks; those still running."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._ticks):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread for thread in self._ticks if thread.is_alive()]
+
+    def _invoke(self, event: dict[str, Any]) -> None:
+        try:
+            self.function.invoke(event, block=False)
+        except Throttled:
+            log.info("%s: throttled, this tick is dropped", self.name)
+        except InvocationError as error:
+            if not self._stopping.is_set():
+                log.warning("%s: scheduled invocation failed: %s", self.name, error)

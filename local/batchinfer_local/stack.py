@@ -1,4 +1,16 @@
-"""`LocalStack`: the whole template on one machine, with moto standing in for AWS."""
+"""`LocalStack`: the whole template on one machine, with moto standing in for AWS, as strict as AWS.
+
+- IAM: moto authenticates and authorizes every request (`moto_auth` closes the gaps between its
+  evaluation and AWS's). Each function runs with credentials of its own role, whose policies are
+  exactly what SAM makes of its `Policies` (`iam.sam_roles`). The stack itself, tests and operators
+  use the admin identity (`testing`/`testing`, `client()`). `iam=False` (or BATCHINFER_LOCAL_IAM=off)
+  turns enforcement off for debugging; the identities stay the same.
+- Concurrency: each function runs in execution environments of its own (`environments`), up to its
+  ReservedConcurrentExecutions at once (else `DEFAULT_CONCURRENCY`, or its SQS sources' declared
+  MaximumConcurrency); SQS event source mappings run up to ScalingConfig.MaximumConcurrency batches at
+  once with the declared BatchSize and MaximumBatchingWindowInSeconds; the HTTP API serves requests
+  concurrently; schedules invoke asynchronously. Each invocation has its own deadline.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +20,24 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
-from .functions import FunctionSpec, ScheduleEventSpec, SqsEventSpec, function_specs, load_handler, merged_environment
+from . import iam, moto_auth
+from .environments import EnvironmentPool, PoolStats
+from .functions import FunctionSpec, ScheduleEventSpec, SqsEventSpec, function_specs, merged_environment
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
 from .moto_compat import complete_s3_notification
 from .resources import Resources, create_resources
-from .runtime import Activity, FunctionRuntime, ScheduleRunner, SqsPoller
+from .runtime import Activity, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
 
 log = logging.getLogger(__name__)
@@ -34,11 +50,25 @@ DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 DEV_API_KEY_ENV = "BATCHINFER_DEV_API_KEY"
 DEV_ACCOUNT = "default"
 
+# "off" (or 0, false, no) turns IAM enforcement off for stacks that do not say (`LocalStack(iam=None)`).
+IAM_ENV = "BATCHINFER_LOCAL_IAM"
+
 # Used when a schedule is a cron expression and no interval override is given.
 CRON_FALLBACK_SECONDS = 60.0
 
+# Most environments at once of a function without ReservedConcurrentExecutions (whose real limit is
+# the account's unreserved concurrency, 1000 by default), and of an SQS event source without a
+# ScalingConfig (Lambda scales those up to 1,250 invocations).
+DEFAULT_CONCURRENCY = 10
+
+# Variables of the process that starts the stack which reach every function too: the local stack's
+# knobs (README: the model registry, chaos mode, logging the events). Anything else goes through
+# `function_environment` or `configure_functions`.
+PASSED_THROUGH = ("MODEL_REGISTRY", "BATCHINFER_CHAOS", "POWERTOOLS_LOGGER_LOG_EVENT")
+
 # Variables that would send boto3 elsewhere than moto if left in the environment.
 _AWS_OVERRIDES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=64)
 
 
 # moto's backends and os.environ are process-wide: one running stack per process.
@@ -46,24 +76,34 @@ _active_lock = threading.Lock()
 _active: LocalStack | None = None
 
 
+def iam_enforced_by_default() -> bool:
+    """Whether IAM is enforced when a stack does not say: yes unless $BATCHINFER_LOCAL_IAM is off."""
+    return os.environ.get(IAM_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
 class LocalStack:
-    """Runs template.yaml locally: moto for DynamoDB/S3/SQS, handlers invoked in-process.
+    """Runs template.yaml locally: moto for DynamoDB/S3/SQS/IAM/STS, each function in its own processes.
 
     Args:
         template_path: the SAM template (default: the repository's template.yaml).
-        port: the HTTP API's port on 127.0.0.1 (0 = a free port).
+        port: the HTTP API's port on `host` (0 = a free port).
         redelivery_delay: seconds before a failed SQS message is visible again (whole seconds;
             AWS waits for the queue's VisibilityTimeout, far too long for local use).
         schedule_interval: seconds between Schedule invocations for every schedule (None = the
             template's rate; cron schedules fall back to 60 s).
         parameter_overrides: template parameter values (e.g. {"ShardSize": "10"}).
-        host: the interface the HTTP API and moto listen on (loopback by default).
+        host: the interface the HTTP API listens on (loopback by default; moto always listens on
+            127.0.0.1 only).
+        iam: enforce IAM (None: unless $BATCHINFER_LOCAL_IAM is off).
+        function_environment: variables for every function, over the template's and `PASSED_THROUGH`.
+        concurrency: most environments at once by function logical id, over the template's.
 
-    All functions share this process, so starting sets process-wide environment variables
-    (the AWS endpoint and credentials, and the functions' variables); `stop()` restores them.
-    Use as a context manager: `with LocalStack(port=0) as stack: ...` starts and stops it.
-    The HTTP API needs a key: `stack.api_key` (account `DEV_ACCOUNT`) is `$BATCHINFER_DEV_API_KEY`,
-    or a fresh key when that is unset (`stack.api_key_generated`).
+    Starting sets process-wide variables for code that calls the domain in this process (tests,
+    the CLI): the AWS endpoint, the admin's credentials and the functions' shared variables
+    (`environment`); `stop()` restores them. Use as a context manager: `with LocalStack(port=0) as
+    stack: ...` starts and stops it. The HTTP API needs a key: `stack.api_key` (account
+    `DEV_ACCOUNT`) is `$BATCHINFER_DEV_API_KEY`, or a fresh key when that is unset
+    (`stack.api_key_generated`).
     """
 
     def __init__(
@@ -75,6 +115,9 @@ class LocalStack:
         *,
         parameter_overrides: Mapping[str, Any] | None = None,
         host: str = "127.0.0.1",
+        iam: bool | None = None,
+        function_environment: Mapping[str, str] | None = None,
+        concurrency: Mapping[str, int] | None = None,
     ) -> None:
         self.template_path = Path(template_path).resolve()
         self.port = port
@@ -82,30 +125,39 @@ class LocalStack:
         self.schedule_interval = schedule_interval
         self.parameter_overrides = dict(parameter_overrides or {})
         self.host = host
+        self.iam_enforced = iam_enforced_by_default() if iam is None else iam
+        self.function_environment = dict(function_environment or {})
+        self.concurrency_overrides = dict(concurrency or {})
         self.activity = Activity()
         self._stopping = threading.Event()
         self._moto: ThreadedMotoServer | None = None
         self._endpoint: str | None = None
+        self._auth_saved: tuple[float, int] | None = None
         self._http: HttpApiServer | None = None
-        self._threads: list[threading.Thread] = []
+        self._sources: list[SqsEventSource | ScheduleRunner] = []
         self._saved_environ: dict[str, str | None] = {}
-        self._modules: list[str] = []
         self._clients: dict[str, Any] = {}
+        self._function_clients: dict[tuple[str, str], Any] = {}
+        self._clients_lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
+        self._credentials: dict[str, iam.Credentials] = {}
         self._resources: Resources | None = None
         self._specs: dict[str, FunctionSpec] = {}
-        self._runtimes: dict[str, FunctionRuntime] = {}
+        self._pools: dict[str, EnvironmentPool] = {}
         self._environment: dict[str, str] = {}
         self._consumed_queues: list[str] = []
         self.resolver: Resolver | None = None
+        # Each function's role as SAM makes it, resolved (by logical id).
+        self.roles: dict[str, iam.RoleSpec] = {}
         # The local dev API key (see `_provision_dev_key`); None until started, or for other templates.
         self.api_key: str | None = None
         self.api_key_generated = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> str:
-        """Start moto, create the resources, load the handlers and start driving them.
+        """Start moto, create the resources and roles, and start driving the functions.
 
-        Returns the HTTP API base URL, `http://127.0.0.1:<port>`.
+        Returns the HTTP API base URL, `http://<host>:<port>`.
 
         Raises:
             TemplateError: the template cannot be run locally (nothing is left running).
@@ -116,10 +168,11 @@ class LocalStack:
         with _active_lock:
             if _active is not None:
                 raise RuntimeError(
-                    "a LocalStack is already running in this process (moto's state and the environment are process-wide)"
+                    "a LocalStack is already running in this process"
+                    " (moto's state and the environment are process-wide)"
                 )
             _active = self
-        self._runtimes, self._consumed_queues = {}, []
+        self._pools, self._consumed_queues, self._sources = {}, [], []
         try:
             template = load_template(self.template_path)
             self._start_moto()
@@ -131,11 +184,15 @@ class LocalStack:
             self._resources = create_resources(template, resolver, self._service_clients())
             specs = function_specs(template, self.template_path.parent, resolver)
             self._specs = {spec.logical_id: spec for spec in specs}
+            for spec in specs:
+                if not spec.handler_file.is_file():
+                    raise TemplateError(f"{spec.logical_id}: handler file {spec.handler_file} does not exist")
+            self._create_roles(template, resolver)
             self._environment = merged_environment(specs)
             self._set_environ(self._environment)
             _forget_cached_settings()
             self.api_key = self._provision_dev_key()
-            self._load_functions(specs)
+            self._make_pools(specs)
             self._start_event_sources()
         except BaseException:
             self.stop()
@@ -144,23 +201,28 @@ class LocalStack:
         return self._http.base_url
 
     def stop(self) -> None:
-        """Stop pollers, schedules, the HTTP server and moto; restore the environment. Idempotent."""
+        """Stop the event sources, the HTTP server, the functions and moto; restore the environment.
+
+        Invocations still running after a few seconds are ended (their environments killed). Idempotent.
+        """
         self._stopping.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
-            if thread.is_alive():
-                log.warning("%s is still running a handler; leaving it behind", thread.name)
-        self._threads.clear()
+        for source in self._sources:
+            source.join(timeout=5)
+        deadline = time.monotonic() + 10
+        for source in self._sources:
+            for thread in source.join_batches(max(0.0, deadline - time.monotonic())):
+                log.warning("%s is still running an invocation; ending it", thread.name)
+        self._sources.clear()
         if self._http is not None:
             self._http.stop()
             self._http = None
+        for pool in self._pools.values():
+            pool.close()
         if self._moto is not None:
             self._moto.stop()
             self._moto = None
+        self._restore_auth()
         self._endpoint = None
-        for name in self._modules:
-            sys.modules.pop(name, None)
-        self._modules.clear()
         for key, value in self._saved_environ.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -168,6 +230,7 @@ class LocalStack:
                 os.environ[key] = value
         self._saved_environ.clear()
         self._clients.clear()
+        self._function_clients.clear()
         _forget_cached_settings()
         self._stopping = threading.Event()
         global _active
@@ -179,12 +242,14 @@ class LocalStack:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.stop()
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Return once every queue that feeds a function is empty (visible, in flight and delayed)
-        and no handler is running. Dead-letter queues are not waited on.
+        and no invocation is running. Dead-letter queues are not waited on.
 
         Raises:
             TimeoutError: still busy after `timeout` seconds.
@@ -241,24 +306,63 @@ class LocalStack:
 
     @property
     def environment(self) -> dict[str, str]:
-        """The functions' environment variables as set in this process (e.g. TABLE_NAME)."""
+        """The functions' shared variables (`merged_environment`), as set in this process
+        (e.g. TABLE_NAME)."""
         return dict(self._environment)
+
+    def function_environment_of(self, logical_id: str) -> dict[str, str]:
+        """The variables of the function `logical_id`'s environments (its role's credentials included)."""
+        return self._pools[logical_id].environ
 
     def invocations(self, logical_id: str) -> int:
         """How many times the function `logical_id` has been invoked since start."""
-        return self._runtimes[logical_id].invocations
+        return self._pools[logical_id].invocations
+
+    def pool_stats(self, logical_id: str) -> PoolStats:
+        """The function's invocations, their high-water mark (most at once), cold starts and limit."""
+        return self._pools[logical_id].pool_stats()
+
+    def stats(self, logical_id: str | None = None) -> Counter[str]:
+        """Counters from inside the functions (one or all), summed since start or `reset_stats`:
+        `aws:<service>.<Operation>` calls made through `batchinfer.core.aws`, `chaos:<fault>` faults
+        injected (`duplicate_delivery` by the event source mappings)."""
+        pools = [self._pools[logical_id]] if logical_id else list(self._pools.values())
+        return sum((pool.stats() for pool in pools), Counter())
+
+    def reset_stats(self) -> None:
+        """Start every function's `stats` from nothing again."""
+        for pool in self._pools.values():
+            pool.reset_stats()
+
+    def configure_functions(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        unset: Iterable[str] = (),
+        call: Iterable[str] = (),
+        functions: Iterable[str] | None = None,
+    ) -> None:
+        """Change the variables of every function (or of `functions`, logical ids) in all their
+        environments, before each one's next invocation; then call each dotted name of `call` there,
+        e.g. `batchinfer.core.settings.get_settings.cache_clear` (skipped where its module is not loaded)."""
+        environ, unset, call = dict(environ or {}), list(unset), list(call)
+        for logical_id in self._pools if functions is None else list(functions):
+            self._pools[logical_id].configure(environ, unset, call)
 
     def client(self, service: str) -> Any:
-        """A boto3 client for `service` pointed at moto (cached; boto3 clients are thread-safe)."""
-        if service not in self._clients:
-            self._clients[service] = boto3.session.Session().client(
-                service,
-                endpoint_url=self.moto_endpoint,
-                region_name=LOCAL_REGION,
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-            )
-        return self._clients[service]
+        """A boto3 client for `service` pointed at moto, as the stack's admin (cached; thread-safe)."""
+        with self._clients_lock:
+            if service not in self._clients:
+                self._clients[service] = self._make_client(iam.ADMIN, service)
+            return self._clients[service]
+
+    def function_client(self, logical_id: str, service: str) -> Any:
+        """A boto3 client for `service` pointed at moto with the role credentials of function `logical_id`."""
+        with self._clients_lock:
+            key = (logical_id, service)
+            if key not in self._function_clients:
+                self._function_clients[key] = self._make_client(self._credentials[logical_id], service)
+            return self._function_clients[key]
 
     @property
     def sqs(self) -> Any:
@@ -282,17 +386,24 @@ class LocalStack:
         return value
 
     def _start_moto(self) -> None:
+        from moto import settings
+        from moto.core.authorization import ActionAuthenticatorMixin
+
         # moto's werkzeug server logs every request at INFO.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
-        self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
+        self._auth_saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count)
+        moto_auth.install()
+        # The AWS managed policies SAM attaches (AWSLambdaBasicExecutionRole, ...), loaded by moto.
+        self._set_environ({"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"})
+        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._moto.start()
         host, port = self._moto.get_host_and_port()
         self._endpoint = f"http://{host}:{port}"
         aws = {
             "AWS_ENDPOINT_URL": self._endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_ACCESS_KEY_ID": iam.ADMIN.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": iam.ADMIN.secret_access_key,
             "AWS_DEFAULT_REGION": LOCAL_REGION,
             "AWS_REGION": LOCAL_REGION,
         }
@@ -302,6 +413,39 @@ class LocalStack:
         request = urllib.request.Request(f"{self._endpoint}/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=10):
             pass
+        iam.bootstrap_admin(self._endpoint, self._credential_client)
+        iam.set_enforcement(self._endpoint, self.iam_enforced)
+
+    def _restore_auth(self) -> None:
+        # Enforcement is process-wide in moto: leave it as it was (e.g. for in-process mock_aws tests).
+        if self._auth_saved is not None:
+            from moto import settings
+            from moto.core.authorization import ActionAuthenticatorMixin
+
+            settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = self._auth_saved
+            self._auth_saved = None
+            moto_auth.uninstall()
+
+    def _make_client(self, credentials: iam.Credentials, service: str) -> Any:
+        # One session for every client: it loads each service model once.
+        if self._session is None:
+            self._session = boto3.session.Session(region_name=LOCAL_REGION)
+        return credentials.client(
+            self._session, service, endpoint_url=self.moto_endpoint, config=_CLIENT_CONFIG
+        )
+
+    def _credential_client(self, credentials: iam.Credentials, service: str) -> Any:
+        with self._clients_lock:
+            return self._make_client(credentials, service)
+
+    def _create_roles(self, template: dict[str, Any], resolver: Resolver) -> None:
+        """Each function's role as SAM makes it, created in moto and assumed (`self._credentials`)."""
+        roles = iam.sam_roles(template, resolver.parameters)
+        stack_name = resolver.pseudo["AWS::StackName"]
+        for logical_id, spec in self._specs.items():
+            role = roles[logical_id].resolve(resolver)
+            self.roles[logical_id] = role
+            self._credentials[logical_id] = iam.create_role(role, stack_name, spec.function_name, self.client)
 
     def _provision_dev_key(self) -> str | None:
         """Store the local dev API key for account `DEV_ACCOUNT`: `$BATCHINFER_DEV_API_KEY`, else a new one.
@@ -315,13 +459,24 @@ class LocalStack:
 
         self.api_key_generated = not os.environ.get(DEV_API_KEY_ENV)
         secret = os.environ.get(DEV_API_KEY_ENV) or accounts.new_secret()
-        table = boto3.session.Session().resource(
-            "dynamodb", endpoint_url=self.moto_endpoint, region_name=LOCAL_REGION,
-            aws_access_key_id="testing", aws_secret_access_key="testing").Table(table_name)
+        table = (
+            boto3.session.Session()
+            .resource(
+                "dynamodb",
+                endpoint_url=self.moto_endpoint,
+                region_name=LOCAL_REGION,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
+            .Table(table_name)
+        )
         accounts.create_key(DEV_ACCOUNT, name="local dev key", secret=secret, table=table)
         # The key itself is never logged: `batchinfer local` shows it on the console, tests read `api_key`.
-        log.info("local dev API key for account %r stored (%s)", DEV_ACCOUNT,
-                 f"from ${DEV_API_KEY_ENV}" if not self.api_key_generated else "generated")
+        log.info(
+            "local dev API key for account %r stored (%s)",
+            DEV_ACCOUNT,
+            f"from ${DEV_API_KEY_ENV}" if not self.api_key_generated else "generated",
+        )
         return secret
 
     def _set_environ(self, values: Mapping[str, str], remove: list[str] | tuple[str, ...] = ()) -> None:
@@ -334,27 +489,83 @@ class LocalStack:
     def _service_clients(self) -> dict[str, Any]:
         return {name: self.client(name) for name in ("sqs", "dynamodb", "s3")}
 
-    def _load_functions(self, specs: list[FunctionSpec]) -> None:
+    def _make_pools(self, specs: list[FunctionSpec]) -> None:
+        overrides = {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
         for spec in specs:
-            handler = load_handler(spec)
-            self._modules.append(handler.__module__)
-            self._runtimes[spec.logical_id] = FunctionRuntime(spec, handler, self.activity)
+            environ = self._function_environ(spec, {**overrides, **self.function_environment})
+            # The image functions run the embedded model: llama.cpp sizes its threads by the CPUs it may
+            # use, so concurrent environments share this machine's cores (see EnvironmentPool).
+            self._pools[spec.logical_id] = EnvironmentPool(
+                spec, environ, self.activity, limit=self._limit(spec), share_cpus=spec.package_type == "Image"
+            )
+        # Every function's init at once (processes of their own), as the old in-process stack imported
+        # every handler in start(): the first request then finds its function ready.
+        warming = [
+            threading.Thread(target=pool.warm, name=f"init-{name}") for name, pool in self._pools.items()
+        ]
+        for thread in warming:
+            thread.start()
+        for thread in warming:
+            thread.join()
+
+    def _limit(self, spec: FunctionSpec) -> int:
+        """Most environments at once: the override, ReservedConcurrentExecutions, else what its SQS
+        sources may run (ScalingConfig.MaximumConcurrency) or `DEFAULT_CONCURRENCY`."""
+        if spec.logical_id in self.concurrency_overrides:
+            return int(self.concurrency_overrides[spec.logical_id])
+        if spec.reserved_concurrency is not None:
+            return spec.reserved_concurrency
+        declared = [
+            source.maximum_concurrency
+            for source in spec.events
+            if isinstance(source, SqsEventSpec) and source.maximum_concurrency
+        ]
+        return max([DEFAULT_CONCURRENCY, *declared])
+
+    def _function_environ(self, spec: FunctionSpec, overrides: Mapping[str, str]) -> dict[str, str]:
+        """Exactly what the function's environments get: its variables, then Lambda's reserved ones
+        (https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime)
+        and its role's credentials, which a function cannot override."""
+        return {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "TZ": ":UTC",
+            **spec.environment,
+            **overrides,
+            "AWS_REGION": LOCAL_REGION,
+            "AWS_DEFAULT_REGION": LOCAL_REGION,
+            "AWS_LAMBDA_FUNCTION_NAME": spec.function_name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_size),
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.function_name}",
+            "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
+            "_HANDLER": f"{spec.handler_file.stem}.{spec.handler_name}",
+            "LAMBDA_TASK_ROOT": str(spec.handler_file.parent),
+            # As `sam local` sets it (Powertools' Tracer then stays off: no X-Ray daemon here).
+            "AWS_SAM_LOCAL": "true",
+            "AWS_ENDPOINT_URL": self.moto_endpoint,
+            **self._credentials[spec.logical_id].environ(),
+        }
 
     def _start_event_sources(self) -> None:
         resources = self._started(self._resources)
+        assert self.resolver is not None
+        pseudo = self.resolver.pseudo
         routes = []
-        for logical_id, runtime in self._runtimes.items():
-            for source in runtime.spec.events:
+        for logical_id, pool in self._pools.items():
+            for source in pool.spec.events:
                 if isinstance(source, SqsEventSpec):
                     if not source.enabled:
                         continue
                     queue = resources.queue_by_arn(source.queue_arn)
                     self._consumed_queues.append(resources.queue_urls[queue])
-                    self._threads.append(
-                        SqsPoller(
-                            runtime,
+                    self._sources.append(
+                        SqsEventSource(
+                            pool,
                             source,
                             resources.queue_urls[queue],
+                            self.function_client(logical_id, "sqs"),
                             self.client("sqs"),
                             LOCAL_REGION,
                             self.redelivery_delay,
@@ -367,13 +578,16 @@ class LocalStack:
                         continue
                     interval = self.schedule_interval or source.interval_seconds()
                     if interval is None:
-                        log.warning("%s.%s: cron schedule runs every %.0f s locally", logical_id, source.name, CRON_FALLBACK_SECONDS)
+                        log.warning(
+                            "%s.%s: cron schedule runs every %.0f s locally",
+                            logical_id,
+                            source.name,
+                            CRON_FALLBACK_SECONDS,
+                        )
                         interval = CRON_FALLBACK_SECONDS
-                    assert self.resolver is not None
-                    pseudo = self.resolver.pseudo
-                    self._threads.append(
+                    self._sources.append(
                         ScheduleRunner(
-                            runtime,
+                            pool,
                             source,
                             interval,
                             pseudo["AWS::StackName"],
@@ -383,15 +597,18 @@ class LocalStack:
                         )
                     )
                 else:
-                    routes.append(Route.of(runtime, source))
-        assert self.resolver is not None
-        self._http = HttpApiServer(Router(routes), self.resolver.pseudo["AWS::AccountId"], self.host, self.port)
+                    routes.append(Route.of(pool, source))
+        self._http = HttpApiServer(Router(routes), pseudo["AWS::AccountId"], self.host, self.port)
         self._http.start()
-        for thread in self._threads:
-            thread.start()
+        for source in self._sources:
+            source.start()
 
     def _queues_empty(self) -> bool:
-        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"]
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
         for url in self._consumed_queues:
             counts = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
             if any(int(counts.get(name, 0)) for name in names):
@@ -400,10 +617,11 @@ class LocalStack:
 
 
 def _forget_cached_settings() -> None:
-    """Drop batchinfer's cached Settings so handlers see this stack's environment, not a previous one."""
+    """Drop batchinfer's cached Settings so code in this process sees this stack's environment,
+    not a previous one."""
     settings = sys.modules.get("batchinfer.core.settings")
     if settings is not None and hasattr(settings, "get_settings"):
         settings.get_settings.cache_clear()
 
 
-__all__ = ["DEFAULT_TEMPLATE", "DEV_ACCOUNT", "DEV_API_KEY_ENV", "LocalStack", "TemplateError"]
+__all__ = ["DEFAULT_TEMPLATE", "DEV_ACCOUNT", "DEV_API_KEY_ENV", "IAM_ENV", "LocalStack", "TemplateError"]

@@ -20,10 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from cfnlint.decode import cfn_yaml
-from samtranslator.plugins.globals.globals import Globals
+from typing import Any, ClassVar
 
 SERVERLESS_FUNCTION = "AWS::Serverless::Function"
 
@@ -55,6 +52,8 @@ def load_template(path: str | Path) -> dict[str, Any]:
     Raises:
         TemplateError: the file is missing or is not a valid template document.
     """
+    from cfnlint.decode import cfn_yaml  # here: function processes import this module, not the decoder
+
     path = Path(path)
     if not path.is_file():
         raise TemplateError(f"template not found: {path}")
@@ -77,6 +76,8 @@ def merge_function_globals(template: Mapping[str, Any], logical_id: str) -> dict
     Raises:
         TemplateError: `logical_id` is not a serverless function, or Globals is invalid.
     """
+    from samtranslator.plugins.globals.globals import Globals
+
     resource = template["Resources"].get(logical_id)
     if not resource or resource.get("Type") != SERVERLESS_FUNCTION:
         raise TemplateError(f"{logical_id} is not an {SERVERLESS_FUNCTION}")
@@ -165,7 +166,8 @@ class Resolver:
         return values
 
     def add_resource(self, logical_id: str, ref: Any, **attributes: Any) -> None:
-        """Make `logical_id` resolvable: `Ref` gives `ref`, `Fn::GetAtt [logical_id, K]` gives `attributes[K]`."""
+        """Make `logical_id` resolvable: `Ref` gives `ref`, `Fn::GetAtt [logical_id, K]` gives
+        `attributes[K]`."""
         self._resources[logical_id] = ResourceRef(ref, dict(attributes))
 
     def resource(self, logical_id: str) -> ResourceRef:
@@ -213,7 +215,7 @@ class Resolver:
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
-            (key, argument), = value.items()
+            ((key, argument),) = value.items()
             function = self._FUNCTIONS.get(key)
             if function is not None:
                 return function(self, argument, f"{where}.{key}")
@@ -341,7 +343,7 @@ class Resolver:
         region = self._resolve(argument, where) or self.pseudo["AWS::Region"]
         return [f"{region}{zone}" for zone in "abc"]
 
-    _FUNCTIONS: dict[str, Callable[[Resolver, Any, str], Any]] = {
+    _FUNCTIONS: ClassVar[dict[str, Callable[[Resolver, Any, str], Any]]] = {
         "Ref": _ref,
         "Fn::GetAtt": _get_att,
         "Fn::Sub": _sub,

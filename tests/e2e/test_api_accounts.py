@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+
 from batchinfer.data import accounts, batches
 from batchinfer.data.items import BatchHeader
 from batchinfer.data.table import now
@@ -44,7 +45,9 @@ INVALID = b"not json\n"  # fails validation at once: a batch that ends without t
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
-    with stack_with_upstream(tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "1"}) as pair:
+    with stack_with_upstream(
+        tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "1"}
+    ) as pair:
         yield pair
 
 
@@ -63,16 +66,29 @@ def upstream(running: tuple[LocalStack, HoldableUpstream]) -> HoldableUpstream:
 
 # ---- keys ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer sk-bi-not-a-key"},
-                                     {"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer"}])
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer sk-bi-not-a-key"},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"Authorization": "Bearer"},
+    ],
+)
 def test_missing_or_wrong_key_is_401_on_every_route(stack: LocalStack, headers: dict[str, str]) -> None:
     with httpx.Client(base_url=f"{stack.base_url}/v1", headers=headers, timeout=30) as http:
         responses = [
-            http.get("/batches"), http.get("/batches/batch_0123"), http.post("/batches/batch_0123/cancel"),
+            http.get("/batches"),
+            http.get("/batches/batch_0123"),
+            http.post("/batches/batch_0123/cancel"),
             http.post("/batches", json={"input_file_id": "file-x", "endpoint": "/v1/chat/completions"}),
             http.post("/batches", json={"bogus": True}),  # invalid too: the key is checked first
-            http.get("/files"), http.get("/files/file-x"), http.get("/files/file-x/content"),
-            http.delete("/files/file-x"), http.post("/files", files={"file": ("a.jsonl", b"{}")}),
+            http.get("/files"),
+            http.get("/files/file-x"),
+            http.get("/files/file-x/content"),
+            http.delete("/files/file-x"),
+            http.post("/files", files={"file": ("a.jsonl", b"{}")}),
             http.post("/uploads", json={"filename": "a.jsonl", "purpose": "batch", "bytes": 3}),
         ]
         document = http.get("/openapi.json")
@@ -85,8 +101,9 @@ def test_missing_or_wrong_key_is_401_on_every_route(stack: LocalStack, headers: 
     assert document.status_code == 200  # the API's description needs no key
 
 
-def test_cli_creates_and_revokes_keys_stored_only_as_hashes(stack: LocalStack,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_creates_and_revokes_keys_stored_only_as_hashes(
+    stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
     table = ["--table", stack.environment["TABLE_NAME"], "--endpoint-url", stack.moto_endpoint]
     # Given a key made by `batchinfer keys create`
     assert cli(["keys", "create", "--account", "cli-acct", "--name", "ci", *table]) == 0
@@ -115,6 +132,7 @@ def test_dev_key_belongs_to_the_default_account(stack: LocalStack) -> None:
 
 # ---- isolation -------------------------------------------------------------------------------------
 
+
 def test_another_accounts_batches_and_files_are_404_and_never_listed(stack: LocalStack) -> None:
     # Given account A's file and batch
     with api_client(stack, new_account("iso-a")) as a, api_client(stack, new_account("iso-b")) as b:
@@ -122,16 +140,26 @@ def test_another_accounts_batches_and_files_are_404_and_never_listed(stack: Loca
         batch_id = create(a, file_id).json()["id"]
         # When account B asks for them in every way
         answers = {
-            "retrieve": b.get(f"/batches/{batch_id}"), "cancel": b.post(f"/batches/{batch_id}/cancel"),
-            "file": b.get(f"/files/{file_id}"), "content": b.get(f"/files/{file_id}/content"),
-            "delete": b.delete(f"/files/{file_id}"), "create": create(b, file_id),
+            "retrieve": b.get(f"/batches/{batch_id}"),
+            "cancel": b.post(f"/batches/{batch_id}/cancel"),
+            "file": b.get(f"/files/{file_id}"),
+            "content": b.get(f"/files/{file_id}/content"),
+            "delete": b.delete(f"/files/{file_id}"),
+            "create": create(b, file_id),
         }
-        listed = b.get("/batches").json(), b.get("/files").json(), b.get("/batches", params={"after": batch_id}).json()
+        listed = (
+            b.get("/batches").json(),
+            b.get("/files").json(),
+            b.get("/batches", params={"after": batch_id}).json(),
+        )
         # Then every answer is 404 and nothing is listed, while A still sees both
         assert {name: r.status_code for name, r in answers.items()} == dict.fromkeys(answers, 404)
         assert answers["retrieve"].json()["error"] == {
-            "message": f"No batch found with id '{batch_id}'.", "type": "invalid_request_error",
-            "param": "batch_id", "code": "batch_not_found"}
+            "message": f"No batch found with id '{batch_id}'.",
+            "type": "invalid_request_error",
+            "param": "batch_id",
+            "code": "batch_not_found",
+        }
         assert answers["file"].json()["error"]["code"] == "file_not_found"
         assert [page["data"] for page in listed] == [[], [], []]
         assert a.get(f"/files/{file_id}").status_code == 200
@@ -139,6 +167,7 @@ def test_another_accounts_batches_and_files_are_404_and_never_listed(stack: Loca
 
 
 # ---- limits ----------------------------------------------------------------------------------------
+
 
 def test_over_the_creations_per_minute_is_429_with_retry_after(stack: LocalStack) -> None:
     # Given an account allowed 3 creations a minute (and away from a minute boundary)
@@ -152,17 +181,22 @@ def test_over_the_creations_per_minute_is_429_with_retry_after(stack: LocalStack
     # Then the 4th is refused until the next minute
     assert [r.status_code for r in answers] == [200, 200, 200, 429]
     assert answers[3].json()["error"] == {
-        "message": "Rate limit reached: 3 batch creations per minute.", "type": "requests", "param": None,
-        "code": "rate_limit_exceeded"}
+        "message": "Rate limit reached: 3 batch creations per minute.",
+        "type": "requests",
+        "param": None,
+        "code": "rate_limit_exceeded",
+    }
     assert abs(int(answers[3].headers["Retry-After"]) - seconds_left) <= 1
 
 
-def test_active_limit_is_429_and_frees_up_when_a_batch_ends(stack: LocalStack, upstream: HoldableUpstream) -> None:
+def test_active_limit_is_429_and_frees_up_when_a_batch_ends(
+    stack: LocalStack, upstream: HoldableUpstream
+) -> None:
     with api_client(stack, new_account("active-acct", max_active_batches=4)) as http:
-        # Given one batch held at the model (the worker is busy, so later batches wait in_progress)
+        # Given one batch held at the model (later batches' requests are held too: they stay in_progress)
         held = create(http, upload(http, jsonl(chat_line("h", "HOLD", model=SCRIPTED)))).json()
         wait_until(upstream.held.is_set, what="the HOLD request")
-        waiting = upload(http, jsonl(chat_line("w", "waits", model=SCRIPTED)))
+        waiting = upload(http, jsonl(chat_line("w", "HOLD waits", model=SCRIPTED)))
 
         # When 10 creates race for the 3 free places
         with ThreadPoolExecutor(10) as pool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from batchinfer.data import batches
 from batchinfer.data.items import BatchChanges
 from batchinfer.data.table import now
@@ -38,7 +39,9 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
-    with stack_with_upstream(tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "1"}) as pair:
+    with stack_with_upstream(
+        tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "1"}
+    ) as pair:
         yield pair
 
 
@@ -55,18 +58,23 @@ def http(running: tuple[LocalStack, HoldableUpstream]) -> Iterator[httpx.Client]
 PROMPTS = {"r1": "first", "r2": "second", "r3": "HOLD third", "r4": "fourth"}
 
 
-def start_and_hold(http: httpx.Client, upstream: HoldableUpstream, tag: str) -> tuple[dict[str, Any], list[str]]:
-    """Create a 4-request batch and wait until its HOLD request is running; (batch, ids that finished)."""
+def start_and_hold(
+    http: httpx.Client, upstream: HoldableUpstream, tag: str
+) -> tuple[dict[str, Any], list[str]]:
+    """Create a 4-request batch and wait until its HOLD request is running and the other three have
+    committed; (batch, ids that finished). The stack runs the four shards at once (MaxShardWorkers)."""
     lines = [chat_line(cid, f"{tag} {prompt}", model=SCRIPTED) for cid, prompt in PROMPTS.items()]
     batch = create(http, upload(http, jsonl(*lines))).json()
+    finished = [cid for cid, prompt in PROMPTS.items() if "HOLD" not in prompt]
     wait_until(upstream.held.is_set, what="the HOLD request")
-    # Shards run one at a time in this stack, so the ones answered before the held one have committed.
-    finished = [cid for cid, prompt in PROMPTS.items()
-                if f"{tag} {prompt}" in upstream.arrivals[:upstream.arrivals.index(f"{tag} HOLD third")]]
-    assert finished, "no request finished before the held one"
+    wait_until(
+        lambda: http.get(f"/batches/{batch['id']}").json()["request_counts"]["completed"] == len(finished),
+        what="the other requests' commits",
+    )
     current = http.get(f"/batches/{batch['id']}").json()
     assert current["status"] == "in_progress"
     assert current["request_counts"] == {"total": 4, "completed": len(finished), "failed": 0}
+    assert upstream.held.is_set()  # still running
     return batch, finished
 
 
@@ -85,8 +93,9 @@ def check_results(http: httpx.Client, batch: dict[str, Any], finished: list[str]
     assert batch["request_counts"] == {"total": 4, "completed": len(finished), "failed": len(never_ran)}
 
 
-def test_cancel_keeps_finished_results_and_cancels_the_rest(running: tuple[LocalStack, HoldableUpstream],
-                                                            http: httpx.Client) -> None:
+def test_cancel_keeps_finished_results_and_cancels_the_rest(
+    running: tuple[LocalStack, HoldableUpstream], http: httpx.Client
+) -> None:
     stack, upstream = running
     # Given a batch whose third request is running
     batch, finished = start_and_hold(http, upstream, "cancel")
@@ -110,8 +119,9 @@ def test_cancel_keeps_finished_results_and_cancels_the_rest(running: tuple[Local
     assert late.status_code == 200 and late.json()["status"] == "cancelled"
 
 
-def test_expiry_keeps_finished_results_and_expires_the_rest(running: tuple[LocalStack, HoldableUpstream],
-                                                            http: httpx.Client) -> None:
+def test_expiry_keeps_finished_results_and_expires_the_rest(
+    running: tuple[LocalStack, HoldableUpstream], http: httpx.Client
+) -> None:
     stack, upstream = running
     # Given a batch whose third request is running, past its expires_at
     batch, finished = start_and_hold(http, upstream, "expiry")
@@ -133,8 +143,9 @@ def test_expiry_keeps_finished_results_and_expires_the_rest(running: tuple[Local
     assert cancel.json()["error"]["code"] == "batch_not_cancellable"
 
 
-def test_completed_batch_with_failures_has_every_line_once(running: tuple[LocalStack, HoldableUpstream],
-                                                           http: httpx.Client) -> None:
+def test_completed_batch_with_failures_has_every_line_once(
+    running: tuple[LocalStack, HoldableUpstream], http: httpx.Client
+) -> None:
     # Given requests of which two fail at the model (HTTP 400 from the upstream)
     prompts = {"a": "one", "b": "FAIL two", "c": "three", "d": "FAIL four", "e": "five"}
     data = jsonl(*[chat_line(cid, prompt, model=SCRIPTED) for cid, prompt in prompts.items()])

@@ -15,7 +15,17 @@ import httpx
 import pytest
 
 from batchinfer_local import LocalStack
-from support.api_stack import MODEL, SCRIPTED, api_client, chat_line, create, jsonl, new_account, upload, wait_for
+from support.api_stack import (
+    MODEL,
+    SCRIPTED,
+    api_client,
+    chat_line,
+    create,
+    jsonl,
+    new_account,
+    upload,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,13 +60,20 @@ CASES: dict[str, tuple[bytes, list[tuple[str, int | None, str | None]]]] = {
     "model_not_found": (jsonl(line(body_model="gpt-9")), [("model_not_found", 1, "body.model")]),
     "empty_file": (b"", [("empty_file", None, None)]),
     "empty_file (blank lines)": (b"\n  \n\r\n", [("empty_file", None, None)]),
-    "too_many_tasks": (jsonl(*[chat_line(f"r{n}", "hi") for n in range(7)]), [("too_many_tasks", None, None)]),
-    "file_too_large": (jsonl(*[chat_line(f"r{n}", "x" * 500) for n in range(6)]), [("file_too_large", None, None)]),
+    "too_many_tasks": (
+        jsonl(*[chat_line(f"r{n}", "hi") for n in range(7)]),
+        [("too_many_tasks", None, None)],
+    ),
+    "file_too_large": (
+        jsonl(*[chat_line(f"r{n}", "x" * 500) for n in range(6)]),
+        [("file_too_large", None, None)],
+    ),
     "line_too_large": (jsonl(OK, chat_line("big", "x" * 800)), [("line_too_large", 2, None)]),
     # Every bad line is reported with its physical line number (blank lines count) ...
-    "several errors": (jsonl("{", "", line("a", method="GET"), OK, line("b", url="/v1/chat/completion")),
-                       [("invalid_json_line", 1, None), ("invalid_parameter", 3, "method"),
-                        ("invalid_url", 5, "url")]),
+    "several errors": (
+        jsonl("{", "", line("a", method="GET"), OK, line("b", url="/v1/chat/completion")),
+        [("invalid_json_line", 1, None), ("invalid_parameter", 3, "method"), ("invalid_url", 5, "url")],
+    ),
     # ... up to the cap
     "capped": (jsonl(*["{"] * 6), [("invalid_json_line", n, None) for n in range(1, 5)]),
 }
@@ -65,16 +82,24 @@ CASES: dict[str, tuple[bytes, list[tuple[str, int | None, str | None]]]] = {
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     registry = tmp_path_factory.mktemp("registry") / "models.yaml"
-    registry.write_text(f"models:\n  {MODEL}:\n    backend: llama_cpp\n  {SCRIPTED}:\n    backend: openai\n"
-                        "    base_url: http://127.0.0.1:9/v1\n    model: never-called\n")
-    limits = {"MAX_REQUESTS_PER_FILE": "6", "MAX_FILE_BYTES": "3000", "MAX_LINE_BYTES": "700",
-              "MAX_LINE_ERRORS": "4", "MODEL_REGISTRY": str(registry)}
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in limits.items():
-            patch.setenv(name, value)
-        with LocalStack(port=0) as stack, api_client(stack, new_account("validation", max_active_batches=50,
-                                                                        max_creates_per_minute=50)) as client:
-            yield client
+    registry.write_text(
+        f"models:\n  {MODEL}:\n    backend: llama_cpp\n  {SCRIPTED}:\n    backend: openai\n"
+        "    base_url: http://127.0.0.1:9/v1\n    model: never-called\n"
+    )
+    limits = {
+        "MAX_REQUESTS_PER_FILE": "6",
+        "MAX_FILE_BYTES": "3000",
+        "MAX_LINE_BYTES": "700",
+        "MAX_LINE_ERRORS": "4",
+        "MODEL_REGISTRY": str(registry),
+    }
+    with (
+        LocalStack(port=0, function_environment=limits) as stack,
+        api_client(
+            stack, new_account("validation", max_active_batches=50, max_creates_per_minute=50)
+        ) as client,
+    ):
+        yield client
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -98,24 +123,45 @@ def test_messages_name_the_problem(http: httpx.Client) -> None:
     assert "gpt-9" in batch["errors"]["data"][0]["message"]
 
 
-@pytest.mark.parametrize("body, expected", [
-    ({"endpoint": "/v1/chat/completions"}, ("input_file_id", "invalid_request")),
-    ({"input_file_id": "file-x"}, ("endpoint", "missing_required_parameter")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/embeddings"}, ("endpoint", "invalid_request")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "0h"},
-     ("completion_window", "invalid_request")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "1d"},
-     ("completion_window", "invalid_request")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "200h"},
-     ("completion_window", "invalid_completion_window")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "metadata": {f"k{n}": "v" for n in range(17)}},
-     ("metadata", "invalid_request")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "metadata": {"k": "v" * 513}},
-     ("metadata", "invalid_request")),
-    ({"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "surprise": 1}, ("surprise", "invalid_request")),
-])
-def test_bad_create_parameters_are_400_in_the_openai_envelope(http: httpx.Client, body: dict,
-                                                              expected: tuple[str, str]) -> None:
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ({"endpoint": "/v1/chat/completions"}, ("input_file_id", "invalid_request")),
+        ({"input_file_id": "file-x"}, ("endpoint", "missing_required_parameter")),
+        ({"input_file_id": "file-x", "endpoint": "/v1/embeddings"}, ("endpoint", "invalid_request")),
+        (
+            {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "0h"},
+            ("completion_window", "invalid_request"),
+        ),
+        (
+            {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "1d"},
+            ("completion_window", "invalid_request"),
+        ),
+        (
+            {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "200h"},
+            ("completion_window", "invalid_completion_window"),
+        ),
+        (
+            {
+                "input_file_id": "file-x",
+                "endpoint": "/v1/chat/completions",
+                "metadata": {f"k{n}": "v" for n in range(17)},
+            },
+            ("metadata", "invalid_request"),
+        ),
+        (
+            {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "metadata": {"k": "v" * 513}},
+            ("metadata", "invalid_request"),
+        ),
+        (
+            {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "surprise": 1},
+            ("surprise", "invalid_request"),
+        ),
+    ],
+)
+def test_bad_create_parameters_are_400_in_the_openai_envelope(
+    http: httpx.Client, body: dict, expected: tuple[str, str]
+) -> None:
     response = http.post("/batches", json=body)
     assert response.status_code == 400
     error = response.json()["error"]

@@ -14,6 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,36 @@ def test_s3_upload_under_inbox_reaches_the_declared_queue(stack: LocalStack) -> 
     assert s3_record["s3"]["object"]["size"] == 3
 
 
+def test_the_batching_window_gathers_messages_into_one_invocation(stack: LocalStack) -> None:
+    marker = uuid.uuid4().hex
+    for n in range(3):  # 0.3 s apart: all within the 2-second window
+        stack.sqs.send_message(
+            QueueUrl=stack.queue_urls["WindowQueue"], MessageBody=json.dumps({"marker": marker, "n": n})
+        )
+        time.sleep(0.3)
+    stack.wait_idle(30)
+
+    [(first, _), *rest] = deliveries(stack, "WindowFunction", marker)
+    assert [json.loads(record["body"])["n"] for record in first["event"]["Records"]] == [0, 1, 2]
+    assert [invocation for invocation, _ in rest] == [first, first]  # the same invocation: one batch of 3
+
+
+def test_http_requests_run_at_once_in_environments_of_their_own(stack: LocalStack) -> None:
+    before = stack.pool_stats("HttpFunction")
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda _: httpx.get(f"{stack.base_url}/v1/sleep", params={"seconds": "1"}, timeout=30),
+                range(4),
+            )
+        )
+    after = stack.pool_stats("HttpFunction")
+    assert [answer.status_code for answer in answers] == [200] * 4
+    assert len({answer.json()["pid"] for answer in answers}) == 4
+    assert after.peak == 4 and after.invocations == before.invocations + 4
+    assert after.limit == 10  # no ReservedConcurrentExecutions: the local default
+
+
 def test_schedule_invokes_with_a_scheduled_event(stack: LocalStack) -> None:
     deadline = time.monotonic() + 10
     while not invocations(stack, "SweepFunction"):
@@ -420,7 +451,13 @@ def test_environment_and_resource_names(stack: LocalStack) -> None:
         "GREETING": "hello",
     }
     assert stack.tables == {"RecordTable": "batchinfer-local-RecordTable"}
-    assert sorted(stack.queue_urls) == ["ImageQueue", "UploadsQueue", "WorkDeadLetterQueue", "WorkQueue"]
+    assert sorted(stack.queue_urls) == [
+        "ImageQueue",
+        "UploadsQueue",
+        "WindowQueue",
+        "WorkDeadLetterQueue",
+        "WorkQueue",
+    ]
     attributes = stack.sqs.get_queue_attributes(
         QueueUrl=stack.queue_urls["WorkQueue"], AttributeNames=["All"]
     )["Attributes"]

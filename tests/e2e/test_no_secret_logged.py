@@ -1,10 +1,12 @@
 """No API key ever reaches a log.
 
 Requests carrying keys (the right one, wrong ones, keys in other headers, keys without `Bearer`) go
-through the local stack, and a whole batch runs, while every log record is captured: the handlers'
-Powertools Logger (JSON lines, at DEBUG, the stream its handler writes to), every other logger of the
-process at DEBUG (the local stack, Powertools' event handler, botocore), and the process' stdout and
-stderr. `POWERTOOLS_LOGGER_LOG_EVENT=true` is set as an operator debugging the functions would set it:
+through the local stack, and a whole batch runs, while every log record is captured: the functions'
+logs (their Powertools Logger's JSON lines at DEBUG and anything else they write, in their own
+processes, forwarded line by line to the loggers `batchinfer_local.function.<LogicalId>`), every
+other logger of this process at DEBUG (the local stack, botocore; the Powertools Logger's stream
+too), and the stdout and stderr of this process and of the functions' processes.
+`POWERTOOLS_LOGGER_LOG_EVENT=true` is set as an operator debugging the functions would set it:
 the API function's event holds the Authorization header, and must still not be logged.
 """
 
@@ -80,7 +82,10 @@ def test_keys_are_never_logged(
 ) -> None:
     monkeypatch.setenv("BATCHINFER_DEV_API_KEY", DEV_KEY)
     monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
-    with stack_with_upstream(tmp_path_factory.mktemp("secrets")) as (stack, _):
+    with stack_with_upstream(
+        tmp_path_factory.mktemp("secrets"),
+        function_environment={"POWERTOOLS_LOG_LEVEL": "DEBUG", "AWS_LAMBDA_LOG_LEVEL": "DEBUG"},
+    ) as (stack, _):
         assert stack.api_key == DEV_KEY
         key = new_account("secrets")
         others = {"X-Api-Key": key, "api-key": key, "OpenAI-Organization": DEV_KEY}
@@ -124,8 +129,10 @@ def test_keys_are_never_logged(
         stack.wait_idle()
     out, err = capfd.readouterr()
 
-    # The capture saw the functions work: the pipeline's JSON lines, the gateway's requests at DEBUG.
-    assert '"message":"finalized"' in capture.powertools.getvalue()
+    # The capture saw the functions work: the pipeline's JSON lines (DEBUG ones too), the gateway's requests.
+    assert 'batchinfer_local.function.AggregatorFunction INFO {"level":"INFO"' in capture.records.getvalue()
+    assert '"message":"finalized"' in capture.records.getvalue()
+    assert "batchinfer_local.function.ApiFunction DEBUG [DEBUG]\t" in capture.records.getvalue()  # botocore
     assert "batchinfer_local.http DEBUG GET /v1/batches -> 401" in capture.records.getvalue()
     for secret in (DEV_KEY, key, WRONG_KEY):
         for where, text in (("logs", capture.text), ("stdout", out), ("stderr", err)):

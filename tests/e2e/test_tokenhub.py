@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from batchinfer.data import locations
 from batchinfer.core.settings import get_settings
+from batchinfer.data import locations
 from batchinfer_local import LocalStack
 from support.api_stack import api_client, chat_line, jsonl, new_account, wait_for
 
@@ -46,9 +46,15 @@ def http(stack: LocalStack) -> Iterator[httpx.Client]:
 
 
 def tokenhub(**fields: Any) -> dict[str, Any]:
-    return {"input_source": "user_s3", "input_file_id": f"s3://{USER_BUCKET}/in/batch.jsonl",
-            "output_target": "user_s3", "output_user_s3_path": f"s3://{USER_BUCKET}/results/",
-            "completion_window": "24h", "name": "nightly", **fields}
+    return {
+        "input_source": "user_s3",
+        "input_file_id": f"s3://{USER_BUCKET}/in/batch.jsonl",
+        "output_target": "user_s3",
+        "output_user_s3_path": f"s3://{USER_BUCKET}/results/",
+        "completion_window": "24h",
+        "name": "nightly",
+        **fields,
+    }
 
 
 def error_of(response: httpx.Response) -> tuple[int, str, str | None]:
@@ -65,12 +71,30 @@ def test_s3_paths_run_and_write_results_under_the_output_path(stack: LocalStack,
     # Then it runs like any batch, and its results are objects under the output path
     batch_id = batch["id"]
     assert created.json()["status"] == "validating"
-    assert {k: batch[k] for k in ("status", "endpoint", "input_file_id", "input_source", "output_target",
-                                  "output_user_s3_path", "name", "request_counts", "error_file_id")} == {
-        "status": "completed", "endpoint": "/v1/chat/completions",
-        "input_file_id": f"s3://{USER_BUCKET}/in/batch.jsonl", "input_source": "user_s3", "output_target": "user_s3",
-        "output_user_s3_path": f"s3://{USER_BUCKET}/results/", "name": "nightly",
-        "request_counts": {"total": 2, "completed": 2, "failed": 0}, "error_file_id": None}
+    assert {
+        k: batch[k]
+        for k in (
+            "status",
+            "endpoint",
+            "input_file_id",
+            "input_source",
+            "output_target",
+            "output_user_s3_path",
+            "name",
+            "request_counts",
+            "error_file_id",
+        )
+    } == {
+        "status": "completed",
+        "endpoint": "/v1/chat/completions",
+        "input_file_id": f"s3://{USER_BUCKET}/in/batch.jsonl",
+        "input_source": "user_s3",
+        "output_target": "user_s3",
+        "output_user_s3_path": f"s3://{USER_BUCKET}/results/",
+        "name": "nightly",
+        "request_counts": {"total": 2, "completed": 2, "failed": 0},
+        "error_file_id": None,
+    }
     assert batch["output_file_id"] == f"s3://{USER_BUCKET}/results/{batch_id}/output.jsonl"
     stored = stack.s3.get_object(Bucket=USER_BUCKET, Key=f"results/{batch_id}/output.jsonl")["Body"].read()
     downloaded = httpx.get(batch["output_file_url"], timeout=30)  # presigned: no API key
@@ -82,14 +106,17 @@ def test_s3_paths_run_and_write_results_under_the_output_path(stack: LocalStack,
     # And a terminal batch can't be cancelled
     cancel = http.post(f"/batches/{batch_id}/cancel")
     assert error_of(cancel) == (409, "batch_not_cancellable", None)
-    assert cancel.json()["error"]["message"] == f"Batch {batch_id} is completed and can no longer be cancelled."
+    assert (
+        cancel.json()["error"]["message"] == f"Batch {batch_id} is completed and can no longer be cancelled."
+    )
 
 
 def test_unreadable_input_is_400_input_file_unavailable(http: httpx.Client) -> None:
     missing = http.post("/batches", json=tokenhub(input_file_id=f"s3://{USER_BUCKET}/in/nope.jsonl"))
     assert error_of(missing) == (400, "input_file_unavailable", "input_file_id")
     assert missing.json()["error"]["message"] == (
-        f"The input file s3://{USER_BUCKET}/in/nope.jsonl cannot be read (404).")
+        f"The input file s3://{USER_BUCKET}/in/nope.jsonl cannot be read (404)."
+    )
 
 
 def test_an_allowed_bucket_that_does_not_exist_is_400(http: httpx.Client) -> None:
@@ -100,13 +127,17 @@ def test_an_allowed_bucket_that_does_not_exist_is_400(http: httpx.Client) -> Non
     assert no_output.json()["error"]["message"] == "The output path cannot be used (404)."
 
 
-@pytest.mark.parametrize("fields, param", [
-    ({"input_file_id": f"s3://{OTHER_BUCKET}/in/batch.jsonl"}, "input_file_id"),  # exists, not allowed
-    ({"input_file_id": "s3://batchinfer-user-nowhere/in/batch.jsonl"}, "input_file_id"),  # doesn't exist
-    ({"output_user_s3_path": f"s3://{OTHER_BUCKET}/results/"}, "output_user_s3_path"),
-])
-def test_buckets_off_the_allowlist_are_403_whether_or_not_they_exist(http: httpx.Client, fields: dict[str, str],
-                                                                    param: str) -> None:
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"input_file_id": f"s3://{OTHER_BUCKET}/in/batch.jsonl"}, "input_file_id"),  # exists, not allowed
+        ({"input_file_id": "s3://batchinfer-user-nowhere/in/batch.jsonl"}, "input_file_id"),  # doesn't exist
+        ({"output_user_s3_path": f"s3://{OTHER_BUCKET}/results/"}, "output_user_s3_path"),
+    ],
+)
+def test_buckets_off_the_allowlist_are_403_whether_or_not_they_exist(
+    http: httpx.Client, fields: dict[str, str], param: str
+) -> None:
     response = http.post("/batches", json=tokenhub(**fields))
     assert error_of(response) == (403, "bucket_not_allowed", param)
 
@@ -119,37 +150,63 @@ def test_the_service_bucket_is_never_a_user_bucket(stack: LocalStack) -> None:
     assert error_of(response) == (403, "bucket_not_allowed", "input_file_id")
 
 
-@pytest.mark.parametrize("fields, expected", [
-    ({"input_file_id": "s3://"}, (400, "invalid_path", "input_file_id")),
-    ({"input_file_id": f"cos://{COS_BUCKET}.{COS_REGION}/in.jsonl"}, (400, "invalid_path", "input_file_id")),
-    ({"input_file_id": f"s3://{USER_BUCKET}/in/"}, (400, "invalid_path", "input_file_id")),
-    ({"output_user_s3_path": None}, (400, "missing_required_parameter", "output_user_s3_path")),
-    ({"output_user_cos_path": f"cos://{COS_BUCKET}.{COS_REGION}/x/"}, (400, "invalid_parameter",
-                                                                       "output_user_cos_path")),
-    ({"input_source": "user_ftp"}, (400, "invalid_request", "input_source")),
-    ({"completion_window": "169h"}, (400, "invalid_completion_window", "completion_window")),
-])
-def test_bad_tokenhub_parameters_are_400_naming_the_field(http: httpx.Client, fields: dict[str, Any],
-                                                         expected: tuple[int, str, str]) -> None:
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"input_file_id": "s3://"}, (400, "invalid_path", "input_file_id")),
+        (
+            {"input_file_id": f"cos://{COS_BUCKET}.{COS_REGION}/in.jsonl"},
+            (400, "invalid_path", "input_file_id"),
+        ),
+        ({"input_file_id": f"s3://{USER_BUCKET}/in/"}, (400, "invalid_path", "input_file_id")),
+        ({"output_user_s3_path": None}, (400, "missing_required_parameter", "output_user_s3_path")),
+        (
+            {"output_user_cos_path": f"cos://{COS_BUCKET}.{COS_REGION}/x/"},
+            (400, "invalid_parameter", "output_user_cos_path"),
+        ),
+        ({"input_source": "user_ftp"}, (400, "invalid_request", "input_source")),
+        ({"completion_window": "169h"}, (400, "invalid_completion_window", "completion_window")),
+    ],
+)
+def test_bad_tokenhub_parameters_are_400_naming_the_field(
+    http: httpx.Client, fields: dict[str, Any], expected: tuple[int, str, str]
+) -> None:
     body = {k: v for k, v in tokenhub(**fields).items() if v is not None}
     assert error_of(http.post("/batches", json=body)) == expected
 
 
-def test_cos_paths_resolve_against_the_configured_endpoint(stack: LocalStack, http: httpx.Client,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    body = {"input_source": "user_cos", "input_file_id": f"cos://{COS_BUCKET}.{COS_REGION}/in.jsonl",
-            "output_target": "user_cos", "output_user_cos_path": f"cos://{COS_BUCKET}.{COS_REGION}/out",
-            "completion_window": "1h"}
+def test_cos_paths_resolve_against_the_configured_endpoint(
+    stack: LocalStack, http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {
+        "input_source": "user_cos",
+        "input_file_id": f"cos://{COS_BUCKET}.{COS_REGION}/in.jsonl",
+        "output_target": "user_cos",
+        "output_user_cos_path": f"cos://{COS_BUCKET}.{COS_REGION}/out",
+        "completion_window": "1h",
+    }
     # Given a deployment without COS, cos:// paths are refused
     disabled = http.post("/batches", json=body)
     assert error_of(disabled) == (400, "invalid_path", "input_file_id")
     assert disabled.json()["error"]["message"] == (
-        "input_file_id: cos:// paths are not enabled on this deployment (COS_ENDPOINT_URL is not set)")
-    # Given COS at an S3-compatible endpoint (here moto, path-style), with the input there
-    for name, value in {"COS_ENDPOINT_URL": stack.moto_endpoint, "COS_ADDRESSING_STYLE": "path",
-                        "COS_CREDENTIALS_SECRET": ""}.items():
-        monkeypatch.setenv(name, value)
+        "input_file_id: cos:// paths are not enabled on this deployment (COS_ENDPOINT_URL is not set)"
+    )
+    # Given COS at an S3-compatible endpoint (here moto, path-style) with its own credentials in Secrets
+    # Manager (here the local admin's key: the functions' roles may not touch that bucket), the input there
+    stack.client("secretsmanager").create_secret(
+        Name="batchinfer/cos",
+        SecretString=json.dumps({"access_key_id": "testing", "secret_access_key": "testing"}),
+    )
+    cos = {
+        "COS_ENDPOINT_URL": stack.moto_endpoint,
+        "COS_ADDRESSING_STYLE": "path",
+        "COS_CREDENTIALS_SECRET": "batchinfer/cos",
+    }
+    resets = ["batchinfer.core.settings.get_settings.cache_clear"]
+    for name, value in cos.items():
+        monkeypatch.setenv(name, value)  # this process writes the input
     get_settings.cache_clear()
+    stack.configure_functions(cos, call=resets)
     locations.s3_client(f"cos:{COS_REGION}").put_object(Bucket=COS_BUCKET, Key="in.jsonl", Body=LINES)
     try:
         # When the batch is created with cos:// paths and runs
@@ -159,6 +216,11 @@ def test_cos_paths_resolve_against_the_configured_endpoint(stack: LocalStack, ht
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()
+        stack.configure_functions(
+            {name: stack.environment[name] for name in cos if name in stack.environment},
+            unset=[name for name in cos if name not in stack.environment],
+            call=resets,
+        )
     # Then its results are in the COS bucket, named by cos:// paths
     assert batch["status"] == "completed" and batch["expires_at"] - batch["created_at"] == 3600
     assert batch["output_file_id"] == f"cos://{COS_BUCKET}.{COS_REGION}/out/{batch['id']}/output.jsonl"

@@ -13,6 +13,7 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from batchinfer_local import LocalStack, TemplateError
@@ -86,15 +87,21 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
     assert [e.route_key for e in specs["ApiFunction"].events] == ["ANY /v1/{proxy+}"]
 
     sqs, dynamodb, s3 = aws["sqs"], aws["dynamodb"], aws["s3"]
-    attributes = sqs.get_queue_attributes(QueueUrl=made.queue_urls["ShardsQueue"], AttributeNames=["All"])["Attributes"]  # type: ignore[attr-defined]
+    attributes = sqs.get_queue_attributes(QueueUrl=made.queue_urls["ShardsQueue"], AttributeNames=["All"])[
+        "Attributes"
+    ]  # type: ignore[attr-defined]
     assert attributes["VisibilityTimeout"] == "5400"
     assert json.loads(attributes["RedrivePolicy"]) == {
         "deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:batchinfer-local-ShardsDeadLetterQueue",
         "maxReceiveCount": 5,
     }
     table = dynamodb.describe_table(TableName="batchinfer-local-BatchTable")["Table"]  # type: ignore[attr-defined]
-    assert [(i["IndexName"], i["Projection"]) for i in table["GlobalSecondaryIndexes"]] == [("GSI1", {"ProjectionType": "ALL"})]
-    assert dynamodb.describe_time_to_live(TableName="batchinfer-local-BatchTable")["TimeToLiveDescription"] == {  # type: ignore[attr-defined]
+    assert [(i["IndexName"], i["Projection"]) for i in table["GlobalSecondaryIndexes"]] == [
+        ("GSI1", {"ProjectionType": "ALL"})
+    ]
+    assert dynamodb.describe_time_to_live(TableName="batchinfer-local-BatchTable")[
+        "TimeToLiveDescription"
+    ] == {  # type: ignore[attr-defined]
         "TimeToLiveStatus": "ENABLED",
         "AttributeName": "ttl",
     }
@@ -108,12 +115,12 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
     ]
 
 
-HANDLER = '''\
+HANDLER = """\
 import os
 
 def handler(event, context):
     return {"statusCode": 200, "body": os.environ["FOO"]}
-'''
+"""
 
 
 def write_stack(tmp_path: Path, body: str, handler: str | None = HANDLER) -> Path:
@@ -152,7 +159,7 @@ def test_environment_is_set_while_running_and_restored_after(tmp_path: Path) -> 
         assert os.environ["FOO"] == "bar"
         assert os.environ["AWS_ENDPOINT_URL"] == stack.moto_endpoint
         assert (os.environ["AWS_REGION"], os.environ["AWS_DEFAULT_REGION"]) == ("us-east-1", "us-east-1")
-        response = httpx.get(f"{stack.base_url}/foo", timeout=10)
+        response = httpx.get(f"{stack.base_url}/foo", timeout=30)
         assert (response.status_code, response.text) == (200, "bar")
         assert stack.invocations("Fn") == 1
     assert dict(os.environ) == before
@@ -162,7 +169,7 @@ def test_only_one_stack_per_process(tmp_path: Path) -> None:
     with LocalStack(write_stack(tmp_path, ONE_FUNCTION), port=0) as stack:
         with pytest.raises(RuntimeError, match="already running in this process"):
             LocalStack(tmp_path / "template.yaml", port=0).start()
-        assert httpx.get(f"{stack.base_url}/foo", timeout=10).text == "bar"
+        assert httpx.get(f"{stack.base_url}/foo", timeout=30).text == "bar"
 
 
 def assert_start_fails(path: Path, message: str) -> None:
@@ -173,23 +180,32 @@ def assert_start_fails(path: Path, message: str) -> None:
     assert dict(os.environ) == before
 
 
-def test_functions_disagreeing_on_a_variable_are_rejected(tmp_path: Path) -> None:
+def test_each_function_sees_its_own_variables(tmp_path: Path) -> None:
     path = write_stack(
         tmp_path,
         """
         Resources:
           One:
             Type: AWS::Serverless::Function
-            Properties: {CodeUri: fn, Handler: app.handler, Environment: {Variables: {FOO: a}}}
+            Properties:
+              CodeUri: fn
+              Handler: app.handler
+              Environment: {Variables: {FOO: a}}
+              Events: {Get: {Type: HttpApi, Properties: {Method: GET, Path: /one}}}
           Two:
             Type: AWS::Serverless::Function
-            Properties: {CodeUri: fn, Handler: app.handler, Environment: {Variables: {FOO: b}}}
+            Properties:
+              CodeUri: fn
+              Handler: app.handler
+              Environment: {Variables: {FOO: b}}
+              Events: {Get: {Type: HttpApi, Properties: {Method: GET, Path: /two}}}
         """,
     )
-    assert_start_fails(
-        path,
-        "environment variable FOO is 'a' in One but 'b' in Two; functions share one process locally, so they must agree",
-    )
+    with LocalStack(path, port=0) as stack:
+        answers = [httpx.get(f"{stack.base_url}/{name}", timeout=30).text for name in ("one", "two")]
+        assert "FOO" not in stack.environment  # the variables the functions share: not this one
+        assert stack.function_environment_of("One")["FOO"] == "a"
+    assert answers == ["a", "b"]
 
 
 def test_missing_handler_file_is_reported(tmp_path: Path) -> None:
@@ -210,7 +226,9 @@ def test_unresolvable_reference_is_reported(tmp_path: Path) -> None:
               Environment: {Variables: {FOO: !GetAtt Nowhere.Arn}}
         """,
     )
-    assert_start_fails(path, "Fn.Environment.FOO.Fn::GetAtt: resource Nowhere (not declared) has no local value")
+    assert_start_fails(
+        path, "Fn.Environment.FOO.Fn::GetAtt: resource Nowhere (not declared) has no local value"
+    )
 
 
 def test_unsupported_event_type_is_reported(tmp_path: Path) -> None:
@@ -228,3 +246,21 @@ def test_unsupported_event_type_is_reported(tmp_path: Path) -> None:
         """,
     )
     assert_start_fails(path, "Fn.Stream: event type Kinesis is not emulated locally")
+
+
+def test_iam_enforcement_can_be_turned_off_keeping_the_identities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BATCHINFER_LOCAL_IAM", "off")
+    with LocalStack(write_stack(tmp_path, ONE_FUNCTION), port=0) as stack:
+        table_access = stack.function_client("Fn", "dynamodb").list_tables()  # no policy grants it
+        identity = stack.function_client("Fn", "sts").get_caller_identity()["Arn"]
+    assert stack.iam_enforced is False
+    assert table_access["TableNames"] == []
+    assert identity == "arn:aws:sts::123456789012:assumed-role/batchinfer-local-FnRole/batchinfer-local-Fn"
+    with (
+        LocalStack(tmp_path / "template.yaml", port=0, iam=True) as stack,
+        pytest.raises(ClientError) as denied,
+    ):
+        stack.function_client("Fn", "dynamodb").list_tables()
+    assert denied.value.response["Error"]["Code"] == "AccessDeniedException"
