@@ -1,14 +1,17 @@
-"""Cancel and expiry while requests run, through the HTTP API of the local stack.
+"""Cancel and expiry while requests run, through the HTTP API of the local stack (issue 17).
 
-Finished results are kept in output.jsonl; every request that never ran becomes one error.jsonl line
-with `error.code` `batch_cancelled` / `batch_expired` (OpenAI Batch API semantics); every input line
-is in exactly one of the two files and `request_counts.total == completed + failed`.
-One request per shard, served by a `HoldableUpstream`: a `HOLD` prompt keeps its shard running until
-the test releases it, so the moment of the cancel (or expiry) is exact.
+Work in flight finishes and is kept: a cancelled batch stays `cancelling` while its workers' requests
+at the model finish (within `CANCEL_GRACE_SECONDS`), then ends `cancelled` with every answer in
+output.jsonl (OpenAI Batch API semantics); a request still at the model when the grace ends is an
+error line `batch_cancelled_in_flight`; every input line is in exactly one of the two files and
+`request_counts.total == completed + failed`. One request per shard, served by a
+`HoldableUpstream`: a `HOLD` prompt keeps its shard running until the test releases it, so the
+moment of the cancel (or expiry) is exact.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,12 +38,15 @@ from support.api_stack import (
 )
 
 pytestmark = pytest.mark.timeout(120)
+GRACE_S = 4
 
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
     with stack_with_upstream(
-        tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "1"}
+        tmp_path_factory.mktemp("registry"),
+        parameter_overrides={"ShardSize": "1"},
+        function_environment={"CANCEL_GRACE_SECONDS": str(GRACE_S), "PROGRESS_SECONDS": "0.2"},
     ) as pair:
         yield pair
 
@@ -78,66 +84,92 @@ def start_and_hold(
     return batch, finished
 
 
-def check_results(http: httpx.Client, batch: dict[str, Any], finished: list[str], code: str) -> None:
+def check_results(
+    http: httpx.Client, batch: dict[str, Any], answered: list[str], errors: dict[str, str]
+) -> None:
+    """`answered` ids in output.jsonl (status 200), the `errors` ids in error.jsonl with their codes, in
+    input order, each line once, counts agreeing."""
     output = result_lines(http, batch["output_file_id"])
-    errors = result_lines(http, batch["error_file_id"])
-    assert [line["custom_id"] for line in output] == finished
+    failed = result_lines(http, batch["error_file_id"])
+    assert [line["custom_id"] for line in output] == answered
     assert all(line["response"]["status_code"] == 200 and line["error"] is None for line in output)
-    never_ran = [cid for cid in PROMPTS if cid not in finished]
-    assert [line["custom_id"] for line in errors] == never_ran
-    for line in errors:
-        assert line["response"] is None
-        assert line["error"]["code"] == code
-    # Every input line in exactly one file, and the counts agree.
-    assert sorted(line["custom_id"] for line in output + errors) == sorted(PROMPTS)
-    assert batch["request_counts"] == {"total": 4, "completed": len(finished), "failed": len(never_ran)}
+    assert {line["custom_id"]: line["error"]["code"] for line in failed} == errors
+    assert all(line["response"] is None for line in failed)
+    assert sorted(line["custom_id"] for line in output + failed) == sorted(PROMPTS)
+    assert batch["request_counts"] == {"total": 4, "completed": len(answered), "failed": len(errors)}
 
 
-def test_cancel_keeps_finished_results_and_cancels_the_rest(
+def test_cancel_waits_for_the_request_in_flight_and_keeps_its_answer(
     running: tuple[LocalStack, HoldableUpstream], http: httpx.Client
 ) -> None:
     stack, upstream = running
     # Given a batch whose third request is running
-    batch, finished = start_and_hold(http, upstream, "cancel")
+    batch, _ = start_and_hold(http, upstream, "cancel")
 
-    # When it is cancelled (twice)
+    # When it is cancelled (twice), and its held request answers within the grace
     first = http.post(f"/batches/{batch['id']}/cancel")
     second = http.post(f"/batches/{batch['id']}/cancel")
-    ended = wait_for(http, batch["id"], {"cancelled"})
+    time.sleep(1.0)  # five progress intervals: every worker knows
+    during = http.get(f"/batches/{batch['id']}").json()
     upstream.release()
+    ended = wait_for(http, batch["id"], {"cancelled"})
     stack.wait_idle(60)
 
-    # Then cancelling -> cancelled; both cancels answer 200; the held answer, arriving late, changes nothing
+    # Then it stayed `cancelling` while the request was at the model, and its answer is kept
     assert first.status_code == 200 and first.json()["status"] == "cancelling"
-    assert second.status_code == 200 and second.json()["status"] in ("cancelling", "cancelled")
+    assert second.status_code == 200 and second.json()["status"] == "cancelling"
+    assert during["status"] == "cancelling"
     assert first.json()["cancelling_at"] is not None
     assert http.get(f"/batches/{batch['id']}").json() == ended
     assert ended["cancelled_at"] >= ended["cancelling_at"]
-    check_results(http, ended, finished, "batch_cancelled")
+    check_results(http, ended, list(PROMPTS), {})
+    assert sorted(upstream.arrivals) == sorted(f"cancel {prompt}" for prompt in PROMPTS.values())
     # Cancelling a cancelled batch answers the batch as it is.
     late = http.post(f"/batches/{batch['id']}/cancel")
     assert late.status_code == 200 and late.json()["status"] == "cancelled"
 
 
-def test_expiry_keeps_finished_results_and_expires_the_rest(
+def test_cancel_cuts_a_request_still_running_after_the_grace(
+    running: tuple[LocalStack, HoldableUpstream], http: httpx.Client
+) -> None:
+    _, upstream = running
+    # Given a batch whose third request is running and never answers
+    batch, finished = start_and_hold(http, upstream, "cut")
+
+    # When it is cancelled
+    started = time.monotonic()
+    http.post(f"/batches/{batch['id']}/cancel").raise_for_status()
+    ended = wait_for(http, batch["id"], {"cancelled"})
+
+    # Then the batch ends once the grace ran out, that request's line saying so
+    assert time.monotonic() - started >= GRACE_S
+    check_results(http, ended, finished, {"r3": "batch_cancelled_in_flight"})
+    line = result_lines(http, ended["error_file_id"])[0]
+    assert "did not finish within the cancel grace" in line["error"]["message"]
+
+
+def test_expiry_waits_for_the_request_in_flight_and_keeps_its_answer(
     running: tuple[LocalStack, HoldableUpstream], http: httpx.Client
 ) -> None:
     stack, upstream = running
     # Given a batch whose third request is running, past its expires_at
-    batch, finished = start_and_hold(http, upstream, "expiry")
+    batch, _ = start_and_hold(http, upstream, "expiry")
     assert batches.update(batch["id"], BatchChanges(expires_at=now() - 1))
 
-    # When the sweeper runs
+    # When the sweeper runs, and the held request answers
     actions = sweep()
-    ended = wait_for(http, batch["id"], {"expired"})
+    time.sleep(1.0)
+    during = http.get(f"/batches/{batch['id']}").json()
     upstream.release()
+    ended = wait_for(http, batch["id"], {"expired"})
     stack.wait_idle(60)
 
-    # Then the batch is expired with the finished results kept
+    # Then the batch waited for it and is expired with every answer kept
     assert actions["expired"] == 1
+    assert during["status"] == "finalizing"
     assert ended["expired_at"] is not None and ended["finalizing_at"] is not None
     assert http.get(f"/batches/{batch['id']}").json()["request_counts"] == ended["request_counts"]
-    check_results(http, ended, finished, "batch_expired")
+    check_results(http, ended, list(PROMPTS), {})
     cancel = http.post(f"/batches/{batch['id']}/cancel")
     assert cancel.status_code == 409
     assert cancel.json()["error"]["code"] == "batch_not_cancellable"

@@ -62,6 +62,7 @@ def test_put_stores_the_header_once_with_its_keys(moto_aws: Aws) -> None:
         "output_bucket": "out-bucket",
         "output_prefix": "batches/batch_1/",
         "output_where": "",
+        "live": {},
     }
     assert counted() == 0
 

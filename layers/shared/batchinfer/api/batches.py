@@ -30,12 +30,15 @@ After = Annotated[
 
 
 def batch_view(item: BatchHeader) -> Batch:
-    """The public Batch object of a batch header (internal attributes dropped).
+    """The public Batch object of a batch header (internal attributes dropped), with the live
+    `request_counts` and `usage` of `BatchHeader.shown_counts`.
 
     For results in user storage (TokenHub `output_target`), `output_file_id` / `error_file_id` are the
     objects' paths and `output_file_url` / `error_file_url` fresh presigned download URLs.
     """
-    batch = Batch.model_validate(item.model_dump(include=set(Batch.model_fields), exclude_none=True))
+    counts, usage = item.shown_counts()  # live while the batch runs (issue 13)
+    shown = item.model_copy(update={"request_counts": counts, "usage": usage})
+    batch = Batch.model_validate(shown.model_dump(include=set(Batch.model_fields), exclude_none=True))
     if batch.output_target == "file":
         return batch
     settings, where = get_settings(), item.output_where

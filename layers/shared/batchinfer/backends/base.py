@@ -58,6 +58,12 @@ class BackendError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+class RequestNotStarted(Exception):
+    """A backend gave a request back before it reached the model: it was still waiting (e.g. queued for
+    the embedded model's thread) when its caller withdrew it (`withdraw_waiting`). Sending it again
+    later runs it once."""
+
+
 class ModelNotFound(LookupError):
     """A request named a model that the registry does not list; `name` is that model name."""
 
@@ -82,6 +88,17 @@ class ChatBackend(Protocol):
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Return a `chat.completion` object (with `usage`) for a request body; raise `BackendError`."""
+        ...
+
+
+@runtime_checkable
+class Withdrawable(Protocol):
+    """A backend that holds requests waiting for its model (a queue in front of it) and can give them
+    back: each waiting `chat_completion` then raises `RequestNotStarted`; requests the model is
+    already working on go on."""
+
+    def withdraw_waiting(self) -> int:
+        """Give back every request still waiting for the model; returns how many."""
         ...
 
 

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.backends.base import BackendError, RequestNotStarted, chat_request
+from batchinfer.core.observability import logger
 from batchinfer.wire.chat import ChatRequest
 from batchinfer.wire.kserve import (
     DEFAULT_PRIORITY,
@@ -124,6 +125,12 @@ class _PriorityExecutor(Executor):
                 self._thread.start()
         return future
 
+    def cancel_waiting(self) -> int:
+        """Cancel every job still queued (not the one running); returns how many were cancelled."""
+        with self._queue.mutex:
+            jobs = list(self._queue.queue)
+        return sum(future.cancel() for _, _, future, _, _ in jobs)
+
     def _run(self) -> None:
         while True:
             _, _, future, fn, args = self._queue.get()
@@ -208,6 +215,18 @@ def _gguf_limits(llm: Llama, n_ctx: int) -> ModelLimits:
     )
 
 
+async def _job_result(future: Future[Any]) -> Any:
+    """The result of a job of the model's thread; `RequestNotStarted` when the job was cancelled while
+    queued (`withdraw_waiting`). Cancelling the awaiting task cancels a queued job too."""
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if future.cancelled() and not (task and task.cancelling()):
+            raise RequestNotStarted from None  # withdrawn, not this task's cancellation
+        raise
+
+
 class _Expired(Exception):
     """A token request's timeout passed while it ran."""
 
@@ -249,8 +268,14 @@ class LlamaCppBackend:
         500 `model_error` (llama.cpp failed; not retryable).
         """
         request = chat_request(body)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._model.executor, self._complete, request)
+        answer = await _job_result(self._model.executor.submit(self._complete, request))
+        logger.debug("llama.cpp answered", extra={"completion_id": answer["id"], "usage": answer["usage"]})
+        return answer
+
+    def withdraw_waiting(self) -> int:
+        """Give back every request still queued for the model's thread (`backends.base.Withdrawable`):
+        each raises `RequestNotStarted`; the one being generated goes on. Returns how many."""
+        return self._model.executor.cancel_waiting()
 
     def _complete(self, request: ChatRequest) -> dict[str, Any]:
         try:
@@ -377,7 +402,7 @@ class LlamaCppBackend:
         )
         try:
             async with asyncio.timeout(params.timeout):
-                return await asyncio.wrap_future(future)
+                return await _job_result(future)
         except (TimeoutError, _Expired):
             stop.set()
             future.cancel()

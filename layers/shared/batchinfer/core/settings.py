@@ -41,6 +41,13 @@ class Settings(BaseSettings):
     time_reserve_ms: int = Field(30_000, ge=0)
     # Commit a shard's finished requests this often, so a crash loses at most this much work.
     checkpoint_seconds: float = Field(60.0, gt=0)
+    # A shard worker publishes its uncommitted progress on the batch header this often (one UpdateItem),
+    # and reads the batch's status in the same write's answer: GET is at most about twice this behind,
+    # and a cancel or expiry reaches every worker within it.
+    progress_seconds: float = Field(1.0, gt=0)
+    # After a cancel or expiry, requests already at the model may finish for this long (never past the
+    # invocation's time reserve); OpenAI keeps a cancelled batch `cancelling` up to 10 minutes.
+    cancel_grace_seconds: float = Field(600.0, ge=0)
     # Claims of one shard before its remaining requests are failed (below the queue's maxReceiveCount).
     max_shard_attempts: int = Field(4, ge=1)
     # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).

@@ -15,7 +15,7 @@ from typing import Any
 
 from batchinfer.data import accounts, keys
 from batchinfer.data.accounts import ACTIVE_RETRY_AFTER_S, LimitExceeded
-from batchinfer.data.items import BatchChanges, BatchHeader
+from batchinfer.data.items import BatchChanges, BatchHeader, LiveProgress
 from batchinfer.data.table import (
     assignments,
     conditional,
@@ -159,6 +159,36 @@ def update(batch_id: str, changes: BatchChanges, *, status: BatchStatus | None =
         ReturnValues="ALL_NEW",
     )
     return None if result is None else BatchHeader.model_validate(result["Attributes"])
+
+
+def publish_progress(batch_id: str, shard_no: int, progress: LiveProgress) -> BatchHeader | None:
+    """The shard worker's one periodic write: SET the header's `live.<shard_no>` to `progress`
+    (absolute values: a retried or repeated write changes nothing), answering the header as it is
+    now (`ReturnValues=ALL_NEW`), so the worker learns a cancel or an expiry with no extra read.
+
+    Returns None when the batch does not exist (nothing written). A header stored without the `live`
+    map (written before it existed) fails with DynamoDB's ValidationException.
+    """
+    result = conditional(
+        handle().update_item,
+        Key=keys.batch(batch_id),
+        UpdateExpression="SET live.#shard = :progress",
+        ConditionExpression="attribute_exists(PK)",
+        ExpressionAttributeNames={"#shard": str(shard_no)},
+        ExpressionAttributeValues={":progress": progress.model_dump(mode="json")},
+        ReturnValues="ALL_NEW",
+    )
+    return None if result is None else BatchHeader.model_validate(result["Attributes"])
+
+
+def begin_expiry(batch_id: str, *, at: int | None = None) -> BatchHeader | None:
+    """`in_progress -> finalizing` with `final_status = expired`, not sealed yet: the shard workers see
+    it in their next `publish_progress`, stop launching requests and commit what finished; the
+    aggregator seals the batch once no live lease holds a shard. None when the batch is not
+    `in_progress` (already ending: a repeated or racing step)."""
+    return transition(
+        batch_id, BatchStatus.FINALIZING, at=at, changes=BatchChanges(final_status=BatchStatus.EXPIRED)
+    )
 
 
 def page(account_id: str, *, limit: int, after: str | None = None) -> tuple[list[BatchHeader], bool]:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from batchinfer.wire.openai import BatchErrors, FileObject, InputSource, OutputTarget, RequestCounts
-from batchinfer.wire.status import BatchStatus
+from batchinfer.wire.status import BatchStatus, is_terminal
 
 
 class Item(BaseModel):
@@ -35,6 +35,24 @@ class TokenTotals(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+
+
+class LiveProgress(BaseModel):
+    """What one shard worker has finished but not committed yet (the header's `live.<shard>`): requests
+    `[start, ...)` of the shard, absolute counts (a repeated publish writes the same values), at Unix
+    time `at`. Written by `batches.publish_progress`, moved into the committed counts by `shards.commit`.
+    """
+
+    start: int
+    completed: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    at: int = 0
+
+    def is_empty(self) -> bool:
+        """True when it adds nothing to the committed counts."""
+        return not (self.completed or self.failed or self.input_tokens or self.output_tokens)
 
 
 class BatchHeader(Item):
@@ -88,6 +106,35 @@ class BatchHeader(Item):
     )
     final_status: BatchStatus | None = Field(None, description="the terminal status a sealed batch ends in")
     progress_at: int | None = Field(None, description="time of the last shard commit")
+    live: dict[str, LiveProgress] = Field(
+        default_factory=dict,
+        description="uncommitted progress by shard number (stored as a map, {} at first)",
+    )
+
+    def shown_counts(self) -> tuple[RequestCounts, TokenTotals]:
+        """The counts GET shows: committed ones, plus while the batch is open the shard workers'
+        uncommitted progress (`live`), capped by the total (completed first, then failed).
+
+        Monotonic while the batch runs: the worker that redoes a crashed worker's window publishes at
+        least what that one had published (`pipeline.worker.ProgressLink`). A terminal batch shows its
+        exact committed counts.
+        """
+        counts, usage = self.request_counts, self.usage
+        if is_terminal(self.status) or not self.live:
+            return counts, usage
+        live = list(self.live.values())
+        completed = min(counts.total, counts.completed + sum(p.completed for p in live))
+        failed = min(counts.total - completed, counts.failed + sum(p.failed for p in live))
+        added_in = sum(p.input_tokens for p in live)
+        added_out = sum(p.output_tokens for p in live)
+        return (
+            RequestCounts(total=counts.total, completed=completed, failed=max(failed, 0)),
+            TokenTotals(
+                input_tokens=usage.input_tokens + added_in,
+                output_tokens=usage.output_tokens + added_out,
+                total_tokens=usage.total_tokens + added_in + added_out,
+            ),
+        )
 
 
 class BatchChanges(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from batchinfer.data import keys
-from batchinfer.data.items import ResultPart, Shard
+from batchinfer.data.items import LiveProgress, ResultPart, Shard
 from batchinfer.data.table import conditional, handle, items, now, retry_conflicts, transact
 
 
@@ -108,6 +108,7 @@ def commit(
     input_tokens: int,
     output_tokens: int,
     keep_lease: bool = False,
+    live_rest: LiveProgress | None = None,
 ) -> bool:
     """Record requests `[part.start, part.end)` of a shard of `size` requests as done, with their counts
     in the batch header, in one transaction.
@@ -116,10 +117,14 @@ def commit(
     same work fail, so a redelivered message never counts twice; the header's condition (not sealed)
     keeps a batch that is being finalized from changing under the aggregator. `keep_lease` keeps the
     caller's lease (a checkpoint: it goes on with the shard). Returns False when a condition failed
-    (nothing was written: the work is counted already, or the batch is sealed). A transaction
+    (nothing was written: the work is counted already, or the batch is sealed). The same transaction
+    moves the shard's live progress into the committed counts: it removes the header's
+    `live.<shard_no>`, or sets it to `live_rest` (what the worker had published beyond these counts,
+    still shown until its redo is committed). A transaction
     conflict is retried (`table.retry_conflicts`) and raised if it persists, never taken for False.
     """
     done = part.end >= size
+    live_rest = None if done else live_rest
     at = now()
     shard_update = {
         "Key": keys.shard(batch_id, shard_no),
@@ -150,9 +155,10 @@ def commit(
             "#usage.output_tokens = #usage.output_tokens + :out, "
             "#usage.total_tokens = #usage.total_tokens + :tot, "
             "shards_done = shards_done + :d, progress_at = :now"
+            + (", live.#shard = :rest" if live_rest is not None else " REMOVE live.#shard")
         ),
         "ConditionExpression": "attribute_not_exists(sealed)",
-        "ExpressionAttributeNames": {"#usage": "usage"},
+        "ExpressionAttributeNames": {"#usage": "usage", "#shard": str(shard_no)},
         "ExpressionAttributeValues": {
             ":c": completed,
             ":f": failed,
@@ -161,6 +167,7 @@ def commit(
             ":tot": input_tokens + output_tokens,
             ":d": 1 if done else 0,
             ":now": at,
+            **({":rest": live_rest.model_dump(mode="json")} if live_rest is not None else {}),
         },
     }
     return not transact([{"Update": shard_update}, {"Update": header_update}])

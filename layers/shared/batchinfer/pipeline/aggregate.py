@@ -1,43 +1,80 @@
 """The aggregator: merge a batch's shard results into `output.jsonl` and `error.jsonl`, then end it.
 
-Runs when the last shard is done (-> `completed`), when a cancel was asked (-> `cancelled`) or when the
-sweeper found the batch past `expires_at` (-> `expired`). It first seals the header (`sealed`), so no
-late shard commit can change the counts under it; requests that never ran become error lines with
-`batch_cancelled` / `batch_expired`. Safe to run twice or to crash halfway: outputs go to fixed keys
+Runs when the last shard is done (-> `completed`), when a cancel was asked (-> `cancelled`) or when
+the batch is past `expires_at` (-> `expired`). A cancelled or expiring batch is ended only once no
+live lease holds a shard (its workers stop launching requests within one progress interval, let
+those at the model finish within the grace and commit; `settle`), or once `settle_deadline` passed:
+until then it stays `cancelling` (or `finalizing`) and the aggregator looks again every
+`WAIT_SECONDS`. Then it seals the header (`sealed`), so no late shard commit can change the counts
+under it; requests that never ran become error lines with `batch_cancelled` / `batch_expired`
+(`worker.ENDINGS`). Safe to run twice or to crash halfway: outputs go to fixed keys
 (overwritten), file records are overwritten, and the final status write is conditional.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, files, s3, shards
+from batchinfer.data import batches, files, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.table import now
+from batchinfer.pipeline import worker
 from batchinfer.pipeline.worker import parse_shard
 from batchinfer.wire.openai import result_line_bytes
 from batchinfer.wire.status import BatchStatus, is_terminal
 
-_NEVER_RAN = {
-    BatchStatus.CANCELLED: ("batch_cancelled", "The batch was cancelled before this request ran."),
-    BatchStatus.EXPIRED: ("batch_expired", "The batch expired before this request ran."),
-}
+# How long an ending batch waits between looks at its shards' leases (SQS DelaySeconds).
+WAIT_SECONDS = 2
+# Beyond the grace and two progress intervals (the workers' delay in seeing the end): their commits.
+SETTLE_MARGIN_SECONDS = 15
+
+
+def settle_deadline(header: BatchHeader) -> int:
+    """Unix time after which an ending batch (`cancelling`, or `finalizing` toward `expired`) is sealed
+    even if a live lease still holds a shard: from when the end was asked, the workers' grace
+    (`cancel_grace_seconds`), two `progress_seconds` for them to see it and `SETTLE_MARGIN_SECONDS`."""
+    settings = get_settings()
+    began = header.cancelling_at if header.status == BatchStatus.CANCELLING else header.finalizing_at
+    wait = settings.cancel_grace_seconds + 2 * settings.progress_seconds + SETTLE_MARGIN_SECONDS
+    return (began or now()) + math.ceil(wait)
+
+
+def settle(header: BatchHeader) -> set[int]:
+    """For an ending batch: commit the part files that crashed workers wrote but did not commit (as a
+    worker's retry would), and return the shards a live lease still holds (their workers are still
+    finishing their requests in flight: nothing they answer is thrown away if the batch waits).
+
+    Each pending shard is claimed first (`shards.claim`), so no worker runs it meanwhile; a claim that
+    fails means a live lease (or the shard was just committed: it is looked at again next time).
+    """
+    leased: set[int] = set()
+    owner = f"aggregator/{header.id}"
+    for shard in shards.query(header.id):
+        if shard.state != "pending":
+            continue
+        claimed = shards.claim(header.id, shard.shard, owner=owner, lease_seconds=60)
+        if claimed is None:
+            leased.add(shard.shard)
+            continue
+        found = worker.recover_part(header.id, shard.shard, claimed.next_index)
+        if found and shards.commit(header.id, shard.shard, found[0], size=claimed.size, **found[1]):
+            continue  # the commit removed the lease
+        shards.release(header.id, shard.shard, owner=owner)
+    return leased
 
 
 def _seal(header: BatchHeader) -> BatchHeader | None:
     """Fix the batch's final status and stop shard commits; None if this message has nothing to do."""
     batch_id, status = header.id, header.status
-    if status == BatchStatus.FINALIZING or (status == BatchStatus.CANCELLING and header.sealed):
+    if header.sealed and status in (BatchStatus.FINALIZING, BatchStatus.CANCELLING):
         return header  # a repeated or resumed run
-    if status == BatchStatus.CANCELLING:
-        return batches.update(
-            batch_id,
-            BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED),
-            status=BatchStatus.CANCELLING,
-        )
+    if status in (BatchStatus.CANCELLING, BatchStatus.FINALIZING):  # cancelled, or expiring
+        final = BatchStatus.CANCELLED if status == BatchStatus.CANCELLING else header.final_status
+        return batches.update(batch_id, BatchChanges(sealed=True, final_status=final), status=status)
     if status == BatchStatus.IN_PROGRESS and header.shards_done >= header.shards_total:
         return batches.transition(
             batch_id,
@@ -57,18 +94,22 @@ def _result_parts(bucket: str, shards: list[Shard], errors: bool) -> Iterator[by
 
 
 def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStatus) -> Iterator[bytes]:
-    code, message = _NEVER_RAN[final]
+    """Error lines for the requests no commit covers: the ending's `never_ran` line, or its `cut` line
+    for a shard a live lease still held when the batch was sealed (its worker was past the grace)."""
+    ending, at = worker.ENDINGS[final], now()
     for shard in shards:
         if shard.next_index >= shard.size:
             continue
+        outcome = ending.cut if (shard.lease_until or 0) >= at else ending.never_ran
         for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]:
+            line = outcome(request)
             yield result_line_bytes(
                 line_id=ids.request_id(batch_id, request.line),
                 custom_id=request.custom_id,
                 status_code=None,
                 request_id=None,
                 body=None,
-                error={"code": code, "message": message},
+                error=line.error,
             )
 
 
@@ -109,11 +150,20 @@ def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tupl
 
 
 def finalize_batch(batch_id: str) -> str:
-    """Write the result files of a batch and move it to its final status. Returns that status or `skipped`."""
+    """Write the result files of a batch and move it to its final status. Returns that status,
+    `waiting` (an ending batch whose workers still hold leases: asked again in `WAIT_SECONDS`, until
+    `settle_deadline`) or `skipped`."""
     settings = get_settings()
     header = batches.get(batch_id)
     if header is None or is_terminal(header.status):
         return "skipped"
+    ending = header.status in (BatchStatus.CANCELLING, BatchStatus.FINALIZING) and not header.sealed
+    if ending and header.in_progress_at and settle(header) and now() < settle_deadline(header):
+        # Workers still finish their requests in flight: look again shortly (`cancelling` lasts).
+        sqs.send(
+            settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)], delay_seconds=WAIT_SECONDS
+        )
+        return "waiting"
     sealed = _seal(header)
     if sealed is None:
         logger.info("finalize: nothing to do yet", extra={"batch_id": batch_id, "status": header.status})
@@ -128,7 +178,7 @@ def finalize_batch(batch_id: str) -> str:
 
     def error_chunks() -> Iterator[bytes]:
         yield from _result_parts(settings.bucket_name, found, errors=True)
-        if final in _NEVER_RAN:
+        if final in worker.ENDINGS:
             yield from _never_ran(batch_id, settings.bucket_name, found, final)
 
     error_id, failed = _write_file(sealed, "error", error_chunks())

@@ -1,6 +1,7 @@
 """The sweeper: expiry and recovery of lost steps, run on a schedule.
 
-For every open batch: past `expires_at` -> seal it as expiring and ask the aggregator to end it;
+For every open batch: past `expires_at` -> begin its expiry (`batches.begin_expiry`) and ask the
+aggregator to end it;
 a lost prepare, shard or finalize message (no progress for `stuck_after` seconds) -> send it again.
 Every re-sent message is safe to receive twice.
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, shards, sqs
-from batchinfer.data.items import BatchChanges
 from batchinfer.data.table import now
 from batchinfer.pipeline import worker
 from batchinfer.wire.status import BatchStatus
@@ -34,12 +34,8 @@ def sweep() -> dict[str, int]:
         )
         quiet = at - last >= settings.stuck_after_seconds
         if status == BatchStatus.IN_PROGRESS and at >= header.expires_at:
-            if batches.transition(
-                batch_id,
-                BatchStatus.FINALIZING,
-                at=at,
-                changes=BatchChanges(sealed=True, final_status=BatchStatus.EXPIRED),
-            ):
+            # The workers stop within one progress interval; the aggregator seals once they committed.
+            if batches.begin_expiry(batch_id, at=at):
                 sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
                 actions["expired"] += 1
         elif status == BatchStatus.VALIDATING and quiet:

@@ -24,14 +24,15 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from batchinfer.backends import chaos as backend_chaos
 from batchinfer.backends import load_registry
-from batchinfer.backends.base import BackendError, ChatBackend, require_utf8
+from batchinfer.backends.base import BackendError, ChatBackend, RequestNotStarted, Withdrawable, require_utf8
 from batchinfer.backends.http import closing
 from batchinfer.backends.limiter import AIMDLimiter
 from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
-from batchinfer.data.items import ResultPart, Shard
+from batchinfer.data.items import BatchHeader, LiveProgress, ResultPart, Shard
+from batchinfer.data.table import now
 from batchinfer.infer.service import TokenRequests
 from batchinfer.wire.openai import CHAT_ENDPOINT, result_line_bytes
 from batchinfer.wire.status import BatchStatus
@@ -59,16 +60,73 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What one request ended in: a status code and a response body (a completion or an error envelope)."""
+    """What one request ended in: a status code and a response body (a completion or an error envelope),
+    or, for a request the model never answered (`status_code` None), a result line's `error`
+    `{code, message}`."""
 
     request: Request
-    status_code: int
-    body: dict[str, Any]
-    request_id: str
+    status_code: int | None
+    body: dict[str, Any] | None
+    request_id: str | None
+    error: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status_code < 400
+        return self.status_code is not None and self.status_code < 400
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a batch that stops early ends (issue 17), and what its error lines say: `code` / `message`
+    for requests that never reached the model, `cut_code` / `cut_message` for requests that were at
+    the model when the grace after the cancel (or expiry) ran out, whose answers were not kept."""
+
+    status: BatchStatus
+    code: str
+    message: str
+    cut_code: str
+    cut_message: str
+
+    def never_ran(self, request: Request) -> Outcome:
+        """The outcome of `request` that never reached the model."""
+        return Outcome(request, None, None, None, {"code": self.code, "message": self.message})
+
+    def cut(self, request: Request) -> Outcome:
+        """The outcome of `request` that was stopped at the model after the grace."""
+        return Outcome(request, None, None, None, {"code": self.cut_code, "message": self.cut_message})
+
+
+ENDINGS = {
+    BatchStatus.CANCELLED: Ending(
+        BatchStatus.CANCELLED,
+        "batch_cancelled",
+        "The batch was cancelled before this request ran.",
+        "batch_cancelled_in_flight",
+        "The batch was cancelled while this request was running at the model; it did not finish within "
+        "the cancel grace (CANCEL_GRACE_SECONDS) and its answer was not kept.",
+    ),
+    BatchStatus.EXPIRED: Ending(
+        BatchStatus.EXPIRED,
+        "batch_expired",
+        "The batch expired before this request ran.",
+        "batch_expired_in_flight",
+        "The batch expired while this request was running at the model; it did not finish within "
+        "the grace (CANCEL_GRACE_SECONDS) and its answer was not kept.",
+    ),
+}
+
+
+def ending_of(header: BatchHeader | None, at: int) -> Ending | None:
+    """The ending `header` asks of its shard workers at Unix time `at`, or None (go on): `cancelling`
+    (or `cancelled`) -> cancelled; `finalizing` toward `expired`, `expired`, or `in_progress` with
+    `expires_at` passed -> expired. A batch that is gone ends as cancelled."""
+    if header is None or header.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+        return ENDINGS[BatchStatus.CANCELLED]
+    if header.status == BatchStatus.EXPIRED or header.final_status == BatchStatus.EXPIRED:
+        return ENDINGS[BatchStatus.EXPIRED]
+    if header.status == BatchStatus.IN_PROGRESS and at >= header.expires_at:
+        return ENDINGS[BatchStatus.EXPIRED]
+    return None
 
 
 def parse_shard(data: bytes) -> list[Request]:
@@ -160,6 +218,11 @@ class _Limited:
         self.backend, self.limiter, self.out_of_time = backend, limiter, out_of_time
         self._started = False
 
+    @property
+    def started(self) -> bool:
+        """True once the request was sent (or handed to the backend's queue)."""
+        return self._started
+
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         permit = await self.limiter.acquire(first_in_line=self._started)
         if not self._started:
@@ -209,37 +272,115 @@ async def run_requests(
     time_left_ms: Callable[[], int],
     reserve_ms: int,
 ) -> list[Outcome]:
+    """Run requests, launched in input order, at most `concurrency` in flight (`run_window` without a
+    link to the batch): the outcomes of the prefix of `requests` that finished, in input order."""
+    window = await run_window(
+        backend, requests, batch_id, concurrency=concurrency, time_left_ms=time_left_ms, reserve_ms=reserve_ms
+    )
+    return window.prefix()
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What one window of a shard ended in: an outcome per request of `requests` (None: it never
+    reached the model) and, when the batch was cancelled or expired meanwhile, its `Ending`."""
+
+    requests: list[Request]
+    outcomes: list[Outcome | None]
+    ending: Ending | None
+
+    def prefix(self) -> list[Outcome]:
+        """The outcomes up to the first request that did not run (those after it run again later)."""
+        return list(itertools.takewhile(lambda outcome: outcome is not None, self.outcomes))
+
+    def ended(self) -> list[Outcome]:
+        """For an ending batch: the outcomes up to the last request that ran, a request in between that
+        never reached the model as the ending's `never_ran` line (it is not run again)."""
+        assert self.ending is not None
+        last = max((i for i, outcome in enumerate(self.outcomes) if outcome is not None), default=-1)
+        return [
+            outcome if outcome is not None else self.ending.never_ran(request)
+            for outcome, request in zip(self.outcomes[: last + 1], self.requests[: last + 1], strict=True)
+        ]
+
+
+async def run_window(
+    backend: ChatBackend,
+    requests: list[Request],
+    batch_id: str,
+    *,
+    concurrency: int,
+    time_left_ms: Callable[[], int],
+    reserve_ms: int,
+    link: ProgressLink | None = None,
+    progress_seconds: float = 1.0,
+    grace_seconds: float = 0.0,
+) -> Window:
     """Run requests, launched in input order, at most `concurrency` in flight.
 
     How many are really in flight adapts to the backend (`limiter_for`): AIMD between 1 and
     `concurrency`, cut on 429/503 answers and grown back on successes, so the backend is kept full
     without being flooded. Stops launching when `time_left_ms()` drops under `reserve_ms`; every
-    launched request finishes, so the outcomes are those of a prefix of `requests`, in input order.
+    launched request finishes.
+
+    With a `link`, every `progress_seconds` the finished requests' counts are published on the batch
+    (`ProgressLink.publish`, in a thread: the loop goes on) and its answer may end the batch: then no
+    request is launched any more, requests waiting in the backend's queue are withdrawn
+    (`backends.base.Withdrawable`: they never reach the model), and those at the model get
+    `grace_seconds` (never past `reserve_ms` before the deadline) before they are cut off (the
+    ending's `cut` outcome). The publish in flight is awaited before returning, so it never lands
+    after the caller's commit.
     """
     limiter = limiter_for(backend, concurrency)
+    endings: list[Ending] = []  # the ending, once the link reported one
 
     def out_of_time() -> bool:
-        return time_left_ms() < reserve_ms
+        return bool(endings) or time_left_ms() < reserve_ms
 
     outcomes: list[Outcome | None] = [None] * len(requests)
+    finished = dict.fromkeys(_COUNTS, 0)
 
     async def one(index: int, request: Request) -> None:
         request_id = ids.request_id(batch_id, request.line)
+        limited = _Limited(backend, limiter, out_of_time)
         try:
-            body = await call_backend(_Limited(backend, limiter, out_of_time), request.body)
-            outcomes[index] = Outcome(request, 200, body, body.get("id") or request_id)
-        except _NotStarted:  # permits are first come, first served: no later request was sent either
+            body = await call_backend(limited, request.body)
+            outcome = Outcome(request, 200, body, body.get("id") or request_id)
+        except (_NotStarted, RequestNotStarted):  # permits are first come, first served
             return
+        except asyncio.CancelledError:  # the grace after the batch's end ran out
+            if not limited.started:
+                return
+            outcome = endings[0].cut(request)
         except BackendError as error:
-            outcomes[index] = Outcome(request, error.status_code, error.body(), request_id)
+            outcome = Outcome(request, error.status_code, error.body(), request_id)
         except Exception as error:
             logger.exception("backend raised", extra={"custom_id": request.custom_id})
-            outcomes[index] = Outcome(
+            outcome = Outcome(
                 request,
                 500,
                 BackendError(500, f"backend error: {error}", type="server_error").body(),
                 request_id,
             )
+        outcomes[index] = outcome
+        _tally(finished, outcome)
+
+    publishing: list[asyncio.Future[Ending | None]] = []
+
+    async def watch(link: ProgressLink) -> None:
+        while True:
+            await asyncio.sleep(progress_seconds)
+            publishing[:] = [asyncio.ensure_future(asyncio.to_thread(link.publish, dict(finished)))]
+            try:
+                ending = await asyncio.shield(publishing[0])
+            except Exception:  # a throttled write: the next interval tries again
+                logger.warning("progress not published", exc_info=True, extra={"batch_id": batch_id})
+                continue
+            if ending is not None:
+                endings.append(ending)
+                if isinstance(backend, Withdrawable):
+                    backend.withdraw_waiting()
+                return
 
     # Every request waits for its permit in the limiter from the start (a shard's requests are in
     # memory anyway), its checks done: a finished request hands its permit straight to the next one,
@@ -248,11 +389,38 @@ async def run_requests(
     # What is alive now (modules, clients, the shard) outlives this window: the collector need not
     # scan it while requests are in flight (a full collection of it stalls the loop ~70 ms).
     gc.freeze()
+    tasks = [asyncio.ensure_future(one(index, request)) for index, request in enumerate(requests)]
+    everything = asyncio.gather(*tasks)
+    watcher = asyncio.ensure_future(watch(link)) if link is not None else None
     try:
-        await asyncio.gather(*(one(index, request) for index, request in enumerate(requests)))
+        if watcher is None:
+            await everything
+        else:
+            await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not everything.done():  # the batch is ending: the requests at the model get the grace
+                grace = max(0.0, min(grace_seconds, (time_left_ms() - reserve_ms) / 1000))
+                if not (await asyncio.wait({everything}, timeout=grace))[0]:
+                    for task in tasks:
+                        task.cancel()
+                    await everything
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            if publishing and not publishing[0].done():
+                await asyncio.wait(publishing)
         gc.unfreeze()
-    return list(itertools.takewhile(lambda outcome: outcome is not None, outcomes))
+    return Window(requests, outcomes, endings[0] if endings else None)
+
+
+def _tally(counts: dict[str, int], outcome: Outcome) -> None:
+    """Add one outcome to `counts` `{completed, failed, input_tokens, output_tokens}`."""
+    if outcome.ok:
+        usage = (outcome.body or {}).get("usage") or {}
+        counts["completed"] += 1
+        counts["input_tokens"] += int(usage.get("prompt_tokens") or 0)
+        counts["output_tokens"] += int(usage.get("completion_tokens") or 0)
+    else:
+        counts["failed"] += 1
 
 
 def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str, int]]:
@@ -261,7 +429,7 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
     Returns (bytes, length of the success part, counts `{completed, failed, input_tokens, output_tokens}`).
     """
     good, bad = bytearray(), bytearray()
-    counts = {"completed": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0}
+    counts = dict.fromkeys(_COUNTS, 0)
     for outcome in outcomes:
         encoded = result_line_bytes(
             line_id=ids.request_id(batch_id, outcome.request.line),
@@ -269,17 +437,54 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
             status_code=outcome.status_code,
             request_id=outcome.request_id,
             body=outcome.body,
+            error=outcome.error,
         )
         if outcome.ok:
             good += encoded
-            usage = outcome.body.get("usage") or {}
-            counts["completed"] += 1
-            counts["input_tokens"] += int(usage.get("prompt_tokens") or 0)
-            counts["output_tokens"] += int(usage.get("completion_tokens") or 0)
         else:
             bad += encoded
-            counts["failed"] += 1
+        _tally(counts, outcome)
     return bytes(good + bad), len(good), counts
+
+
+class ProgressLink:
+    """The shard worker's live link to its batch (issues 13 and 17): one write per interval.
+
+    `publish(counts)` SETs the header's `live.<shard>` to the absolute counts of the current window's
+    finished requests (`batches.publish_progress`) and reads the batch's status in the same write's
+    answer: `ending` is set once the batch is cancelled or expired (`ending_of`). What it publishes is
+    never below what an earlier holder of the shard had published for the same window (`floor`, from
+    the header read when the shard was claimed): a crashed worker's progress that is lost and redone
+    does not make GET's counts go down. One `publish` at a time (`run_window` awaits each).
+    """
+
+    def __init__(self, batch_id: str, shard_no: int, start: int, published: LiveProgress | None) -> None:
+        self.batch_id, self.shard_no, self.start = batch_id, shard_no, start
+        same = published is not None and published.start == start
+        self.floor = {name: getattr(published, name) if same else 0 for name in _COUNTS}
+        self.ending: Ending | None = None
+
+    def publish(self, counts: dict[str, int]) -> Ending | None:
+        """Publish `counts` (the window's finished requests); the batch's ending, if it is ending."""
+        at = now()
+        progress = LiveProgress(
+            start=self.start, at=at, **{n: max(counts[n], self.floor[n]) for n in _COUNTS}
+        )
+        self.ending = self.ending or ending_of(
+            batches.publish_progress(self.batch_id, self.shard_no, progress), at
+        )
+        return self.ending
+
+    def rest_after(self, counts: dict[str, int], end: int) -> LiveProgress | None:
+        """What stays published once `counts` (of requests up to `end`) are committed: the part of the
+        floor they do not cover yet (None: nothing), shown until the redo reaches it."""
+        rest = {n: max(0, self.floor[n] - counts[n]) for n in _COUNTS}
+        return LiveProgress(start=end, at=now(), **rest) if any(rest.values()) else None
+
+    def committed(self, counts: dict[str, int], end: int) -> None:
+        """The commit of `counts` up to `end` went through: the next window starts there."""
+        self.floor = {n: max(0, self.floor[n] - counts[n]) for n in _COUNTS}
+        self.start = end
 
 
 def never_ran(
@@ -299,8 +504,9 @@ def never_ran(
     return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
 
 
-def _recover(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict[str, int]] | None:
-    """Results an earlier attempt wrote for `[start, ...)` but died before committing, if any."""
+def recover_part(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict[str, int]] | None:
+    """Results an earlier attempt wrote for `[start, ...)` of a shard but died before committing, if
+    any: the part and its counts (from the object's metadata, see `_write_part`), ready to commit."""
     settings = get_settings()
     key = s3.result_key(batch_id, shard_no, start)
     meta = s3.head_metadata(settings.bucket_name, key)
@@ -323,7 +529,7 @@ _COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
 def _write_part(
     batch_id: str, shard_no: int, start: int, end: int, data: bytes, output_bytes: int, counts: dict[str, int]
 ) -> ResultPart:
-    """One PUT of a part's result lines; its counts ride along as object metadata for `_recover`."""
+    """One PUT of a part's result lines; its counts ride along as object metadata for `recover_part`."""
     key = s3.result_key(batch_id, shard_no, start)
     part = ResultPart(key=key, start=start, end=end, output_bytes=output_bytes, bytes=len(data))
     metadata = {
@@ -340,8 +546,13 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     """Run (the rest of) one shard. Returns what happened, for logs and tests:
 
     `done` (shard finished), `continued` (time ran short: a continuation was enqueued), `duplicate`
-    (done already or leased by another message), `stopped` (batch not running), `conflict` (the
-    commit's condition failed: another attempt counted this work).
+    (done already or leased by another message), `stopped` (batch not running, or it was cancelled or
+    expired while this shard ran: what finished is committed), `conflict` (the commit's condition
+    failed: another attempt counted this work).
+
+    While requests run, the worker publishes its uncommitted progress every `progress_seconds` and
+    learns from the same write whether the batch is ending (`ProgressLink`, `run_window`): then it
+    launches nothing more, gives the requests at the model `cancel_grace_seconds`, and commits.
 
     Progress is committed every `checkpoint_seconds`, so a crash re-sends to the model at most the
     requests since the last checkpoint; results written by an attempt that died before its commit
@@ -353,6 +564,10 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     header = batches.get(batch_id)
     if header is None or header.status != BatchStatus.IN_PROGRESS or header.sealed:
         return "stopped"
+    ending = ending_of(header, now())
+    if ending is not None:  # past expires_at, before the sweeper saw it
+        _end_early(batch_id, ending)
+        return "stopped"
     lease_seconds = settings.shard_lease_seconds or time_left_ms() // 1000 + 60
     shard = shards.claim(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     if shard is None:
@@ -363,8 +578,9 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         for_endpoint(load_registry(settings.model_registry).backend(header.model), header.endpoint)
     )
     recover = shard.attempts > 1
+    link = ProgressLink(batch_id, shard_no, start, header.live.get(str(shard_no)))
     while start < size:
-        found = _recover(batch_id, shard_no, start) if recover else None
+        found = recover_part(batch_id, shard_no, start) if recover else None
         recover = False
         if found:
             part, counts = found
@@ -384,39 +600,59 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
                     time_left_ms(), int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms
                 )
 
-            outcomes = _LOOP.run_until_complete(
+            window = _LOOP.run_until_complete(
                 closing(
-                    run_requests(
+                    run_window(
                         backend,
                         requests[start:],
                         batch_id,
                         concurrency=settings.worker_concurrency,
                         time_left_ms=window_left,
                         reserve_ms=settings.time_reserve_ms,
+                        link=link,
+                        progress_seconds=settings.progress_seconds,
+                        grace_seconds=settings.cancel_grace_seconds,
                     )
                 )
             )
+            # An ending batch keeps every answer; what never reached the model is not run again.
+            outcomes = window.ended() if window.ending else window.prefix()
             if not outcomes:
                 break
             data, output_bytes, counts = render(batch_id, outcomes)
             part = _write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
         chaos.crash_point("crash_before_commit")
-        if not shards.commit(batch_id, shard_no, part, size=size, keep_lease=True, **counts):
+        rest = link.rest_after(counts, part.end) if part.end < size else None
+        # An ending batch: the commit gives the lease up, so the aggregator need not wait for it.
+        keep = link.ending is None
+        if not shards.commit(batch_id, shard_no, part, size=size, keep_lease=keep, live_rest=rest, **counts):
             logger.info(
                 "shard commit condition failed: counted by another attempt",
                 extra={"batch_id": batch_id, "shard": shard_no},
             )
             return "conflict"
+        link.committed(counts, part.end)
         chaos.crash_point("crash_after_commit")
         start = part.end
-        if time_left_ms() < settings.time_reserve_ms:
+        if link.ending is not None or time_left_ms() < settings.time_reserve_ms:
             break
+    if start < size and link.ending is not None:
+        shards.release(batch_id, shard_no, owner=owner)
+        _end_early(batch_id, link.ending)
+        return "stopped"
     if start < size:
         shards.release(batch_id, shard_no, owner=owner)
         sqs.send(settings.shards_queue_url, [message])
         return "continued"
     _finalize_if_last(batch_id)
     return "done"
+
+
+def _end_early(batch_id: str, ending: Ending) -> None:
+    """After a worker stopped for `ending`: an expiry it found itself (`expires_at` passed) is begun
+    here (`batches.begin_expiry`) and handed to the aggregator; a cancel was handed over by the API."""
+    if ending.status == BatchStatus.EXPIRED and batches.begin_expiry(batch_id):
+        sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
 
 
 def _finalize_if_last(batch_id: str) -> None:
