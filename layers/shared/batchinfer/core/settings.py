@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     # After a cancel or expiry, requests already at the model may finish for this long (never past the
     # invocation's time reserve); OpenAI keeps a cancelled batch `cancelling` up to 10 minutes.
     cancel_grace_seconds: float = Field(600.0, ge=0)
+    # Seconds per hour of a `completion_window` ("24h" is 24 of them): 3600 in every deployment; tests of
+    # expiry shorten it.
+    window_hour_seconds: int = Field(3600, ge=1)
     # Claims of one shard before its remaining requests are failed (below the queue's maxReceiveCount).
     max_shard_attempts: int = Field(4, ge=1)
     # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).

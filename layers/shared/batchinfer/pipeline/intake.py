@@ -54,7 +54,7 @@ def create_batch(
         completion_window=completion_window,
         status=BatchStatus.VALIDATING,
         created_at=created_at,
-        expires_at=created_at + 3600 * window_hours(completion_window),
+        expires_at=created_at + get_settings().window_hour_seconds * window_hours(completion_window),
         metadata=metadata,
         name=name,
         input_source=input_source,

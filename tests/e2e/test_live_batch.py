@@ -1,0 +1,144 @@
+"""A batch seen while it runs, and cancelled or expired mid-run, on the real embedded model through the
+HTTP API of the local stack (issues 13 and 17).
+
+- GET shows requests as they finish (the shard workers' live progress, published once per
+  `PROGRESS_SECONDS`, default 1 s): counts move, never go down, and are exact at the end.
+- A cancel or an expiry mid-run keeps every answer the model gave: output.jsonl holds exactly the
+  completions the model's own log says it answered; every other request is a `batch_cancelled` /
+  `batch_expired` line; the invariant holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from batchinfer_local import LocalStack
+from support.api_stack import api_client, chat_line, create, jsonl, result_lines, upload
+from support.invariant import assert_batch_invariant
+from support.live import AnswerLog, assert_counts_monotonic, output_completion_ids, watch
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
+
+# One "hour" of completion_window lasts this many seconds here: a "1h" batch expires mid-run.
+HOUR_S = 12
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with LocalStack(
+        port=0,
+        schedule_interval=1.0,
+        parameter_overrides={"ShardSize": "8"},
+        function_environment={"POWERTOOLS_LOG_LEVEL": "DEBUG", "WINDOW_HOUR_SECONDS": str(HOUR_S)},
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def http(stack: LocalStack) -> Iterator[httpx.Client]:
+    with api_client(stack, stack.api_key) as client:
+        yield client
+    stack.wait_idle(120)
+
+
+def batch_file(tag: str, n: int, max_tokens: int) -> tuple[bytes, str]:
+    lines = [
+        chat_line(f"{tag}-{i:02d}", f"Write a line about the number {i}.", max_tokens=max_tokens)
+        for i in range(n)
+    ]
+    data = jsonl(*lines)
+    return data, data.decode()
+
+
+def run(
+    http: httpx.Client, data: bytes, on_poll: Any = None, **fields: Any
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Create a batch and GET it until terminal; (every snapshot, completion ids the model answered)."""
+    with AnswerLog() as answers:
+        created = create(http, upload(http, data), **fields).json()
+        series = watch(
+            lambda: http.get(f"/batches/{created['id']}").raise_for_status().json(),
+            on_poll=on_poll,
+            timeout_s=500,
+        )
+    return series, answers.ids
+
+
+def results(http: httpx.Client, batch: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return result_lines(http, batch["output_file_id"]), result_lines(http, batch["error_file_id"])
+
+
+def raw(http: httpx.Client, file_id: str | None) -> bytes | None:
+    return http.get(f"/files/{file_id}/content").content if file_id else None
+
+
+def test_get_shows_requests_as_they_finish(http: httpx.Client) -> None:
+    # Given a 24-request batch on the embedded model (three shards of 8)
+    data, text = batch_file("live", 24, max_tokens=8)
+
+    # When it runs, GET polled every 0.2 s
+    series, answered = run(http, data)
+
+    # Then GET showed at least 4 distinct partial completed counts, never going down, exact at the end
+    final = series[-1]
+    partial = {b["request_counts"]["completed"] for b in series if b["status"] == "in_progress"} - {0, 24}
+    assert len(partial) >= 4, sorted(partial)
+    assert_counts_monotonic(series)
+    assert final["status"] == "completed"
+    assert final["request_counts"] == {"total": 24, "completed": 24, "failed": 0}
+    assert_batch_invariant(final, text, raw(http, final["output_file_id"]), raw(http, final["error_file_id"]))
+    output, _ = results(http, final)
+    assert sorted(output_completion_ids(output)) == sorted(answered)
+    assert final["usage"]["output_tokens"] == sum(
+        line["response"]["body"]["usage"]["completion_tokens"] for line in output
+    )
+
+
+def test_cancel_mid_run_keeps_every_answer(http: httpx.Client) -> None:
+    # Given a 24-request batch on the embedded model
+    data, text = batch_file("cancel", 24, max_tokens=16)
+    cancelled: list[dict[str, Any]] = []
+
+    def cancel_after_some_answers(batch: dict[str, Any]) -> None:
+        if not cancelled and batch["request_counts"]["completed"] >= 3:
+            cancelled.append(http.post(f"/batches/{batch['id']}/cancel").raise_for_status().json())
+
+    # When it is cancelled once GET shows 3 answers
+    series, answered = run(http, data, on_poll=cancel_after_some_answers)
+
+    # Then it ends cancelled with every answer the model gave in output.jsonl, the rest batch_cancelled
+    final = series[-1]
+    output, errors = results(http, final)
+    assert cancelled[0]["status"] == "cancelling"
+    assert final["status"] == "cancelled"
+    assert sorted(output_completion_ids(output)) == sorted(answered)
+    assert 3 <= len(output) < 24
+    assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}
+    assert all(line["response"] is None for line in errors)
+    assert final["request_counts"] == {"total": 24, "completed": len(output), "failed": 24 - len(output)}
+    assert final["cancelled_at"] >= final["cancelling_at"]
+    assert_counts_monotonic([b for b in series if b["status"] != "cancelled"])
+    assert_batch_invariant(final, text, raw(http, final["output_file_id"]), raw(http, final["error_file_id"]))
+
+
+def test_expiry_mid_run_keeps_every_answer(http: httpx.Client) -> None:
+    # Given a 48-request batch with a "1h" window that lasts HOUR_S seconds here
+    data, text = batch_file("expiry", 48, max_tokens=16)
+
+    # When it runs past its window
+    series, answered = run(http, data, completion_window="1h")
+
+    # Then it ends expired with every answer the model gave in output.jsonl, the rest batch_expired
+    final = series[-1]
+    output, errors = results(http, final)
+    assert final["status"] == "expired"
+    assert final["expires_at"] - final["created_at"] == HOUR_S
+    assert sorted(output_completion_ids(output)) == sorted(answered)
+    assert 1 <= len(output) < 48
+    assert {line["error"]["code"] for line in errors} == {"batch_expired"}
+    assert final["request_counts"] == {"total": 48, "completed": len(output), "failed": 48 - len(output)}
+    assert_batch_invariant(final, text, raw(http, final["output_file_id"]), raw(http, final["error_file_id"]))
