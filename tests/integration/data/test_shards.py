@@ -10,7 +10,7 @@ import pytest
 
 from batchinfer.core import aws
 from batchinfer.data import batches, keys, shards
-from batchinfer.data.items import BatchChanges, ResultPart, Shard
+from batchinfer.data.items import BatchChanges, LiveProgress, ResultPart, Shard
 from batchinfer.data.table import CONFLICT_ATTEMPTS, TransactionConflict, now
 from batchinfer.wire.openai import RequestCounts
 from batchinfer.wire.status import BatchStatus
@@ -192,3 +192,66 @@ def test_a_failed_condition_is_an_answer_even_with_a_conflict(
     seen = intercept_transactions(monkeypatch, ["ConditionalCheckFailed", "TransactionConflict"])
     assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is False
     assert len(seen.calls) == 1 and seen.waits == []
+
+
+# ---- live progress (issue 13) ----------------------------------------------------------------------
+
+
+def live(start: int = 0, **counts: int) -> LiveProgress:
+    return LiveProgress(start=start, at=1, **counts)
+
+
+def test_publish_sets_absolute_values_and_answers_the_header(running: str) -> None:
+    first = batches.publish_progress(running, 0, live(completed=2, input_tokens=20, output_tokens=8))
+    again = batches.publish_progress(running, 0, live(completed=2, input_tokens=20, output_tokens=8))
+    assert first is not None and again is not None
+    assert again.live == {"0": live(completed=2, input_tokens=20, output_tokens=8)}  # not doubled
+    assert again.status == BatchStatus.IN_PROGRESS
+    counts, usage = again.shown_counts()
+    assert counts.model_dump() == {"total": 5, "completed": 2, "failed": 0}
+    assert usage.model_dump() == {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28}
+    assert batches.get(running).request_counts.completed == 0  # committed counts untouched
+
+
+def test_publish_answers_a_cancel(running: str) -> None:
+    batches.transition(running, BatchStatus.CANCELLING)
+    assert batches.publish_progress(running, 0, live()).status == BatchStatus.CANCELLING
+    assert batches.publish_progress("batch_missing", 0, live()) is None
+
+
+def test_commit_moves_the_live_counts_into_the_committed_ones(running: str) -> None:
+    batches.publish_progress(running, 0, live(completed=1, failed=1, input_tokens=10, output_tokens=4))
+    assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, **COUNTS)
+    header = batches.get(running)
+    assert header.live == {}
+    assert header.shown_counts()[0].model_dump() == {"total": 5, "completed": 1, "failed": 1}
+
+
+def test_commit_keeps_what_was_published_beyond_its_counts(running: str) -> None:
+    # A crashed worker had published 3 answers of [0, ...); its successor commits 2 of them so far.
+    rest = live(2, completed=1, input_tokens=5)
+    assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, live_rest=rest, **COUNTS)
+    header = batches.get(running)
+    assert header.live == {"0": rest}
+    assert header.shown_counts()[0].model_dump() == {"total": 5, "completed": 2, "failed": 1}
+    # The shard's last commit removes it whatever is left.
+    assert shards.commit(running, 0, part(2, 5), size=5, live_rest=live(5, completed=9), **COUNTS)
+    assert batches.get(running).live == {}
+
+
+def test_a_refused_commit_leaves_the_live_counts(running: str) -> None:
+    batches.publish_progress(running, 0, live(completed=2))
+    assert batches.update(running, BatchChanges(sealed=True))
+    assert not shards.commit(running, 0, part(0, 2), size=5, **COUNTS)
+    assert batches.get(running).live == {"0": live(completed=2)}
+
+
+def test_shown_counts_are_capped_by_the_total_and_exact_once_terminal(moto_aws: Aws) -> None:
+    header = batch_header(
+        status=BatchStatus.IN_PROGRESS,
+        request_counts=RequestCounts(total=5, completed=2, failed=1),
+        live={"0": live(completed=2, failed=1), "1": live(completed=3)},
+    )
+    assert header.shown_counts()[0].model_dump() == {"total": 5, "completed": 5, "failed": 0}
+    ended = header.model_copy(update={"status": BatchStatus.CANCELLED})
+    assert ended.shown_counts()[0].model_dump() == {"total": 5, "completed": 2, "failed": 1}

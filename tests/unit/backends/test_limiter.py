@@ -234,3 +234,26 @@ def test_a_retry_goes_ahead_of_the_requests_waiting() -> None:
         return served
 
     assert asyncio.run(scenario()) == ["retry", "new"]
+
+
+def test_waiters_cancelled_together_with_the_holder_leave_the_count_exact() -> None:
+    # Given one permit held by a task and a second task waiting, both cancelled at once (a batch's end)
+    async def scenario() -> tuple[int, list[bool]]:
+        limiter = AIMDLimiter(1, initial=1)
+
+        async def hold() -> None:
+            permit = await limiter.acquire()
+            try:
+                await asyncio.sleep(10)
+            finally:
+                limiter.release(permit)
+
+        tasks = [asyncio.ensure_future(hold()) for _ in range(2)]
+        await asyncio.sleep(0)
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return limiter.in_flight, [isinstance(r, asyncio.CancelledError) for r in results]
+
+    # Then both end cancelled (no ValueError from a waiter the wake-up had dropped) and nothing is held
+    assert asyncio.run(scenario()) == (0, [True, True])

@@ -229,3 +229,152 @@ def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in
 
     assert len(frozen_during) == 2 and min(frozen_during) > 0  # frozen while in flight
     assert gc.get_freeze_count() == 0  # and handed back to the collector afterwards
+
+
+# ---- the batch's end while a window runs (issue 17) -----------------------------------------------
+
+
+class EndingLink:
+    """A `ProgressLink` stand-in: records what is published; the batch ends at the `end_at`-th publish."""
+
+    def __init__(self, end_at: int, status: worker.BatchStatus = worker.BatchStatus.CANCELLED) -> None:
+        self.end_at, self.published = end_at, []
+        self.ending = worker.ENDINGS[status]
+
+    def publish(self, counts: dict[str, int]) -> worker.Ending | None:
+        self.published.append(dict(counts))
+        return self.ending if len(self.published) >= self.end_at else None
+
+
+class QueuedBackend(ScriptedBackend):
+    """A model with one slot and a queue in front of it (as the embedded model's thread): requests
+    beyond the slot wait in `queued` until the model is free or they are withdrawn."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay=delay)
+        self.slot = asyncio.Lock()
+        self.withdrawn = 0
+        self.waiting: set[asyncio.Future[None]] = set()
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.add(turn)
+        acquire = asyncio.ensure_future(self.slot.acquire())
+        acquire.add_done_callback(lambda _: turn.done() or turn.set_result(None))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            acquire.cancel()
+            raise worker.RequestNotStarted from None
+        finally:
+            self.waiting.discard(turn)
+        try:
+            return await super().chat_completion(body)
+        finally:
+            self.slot.release()
+
+    def withdraw_waiting(self) -> int:
+        pending = [turn for turn in self.waiting if not turn.done()]
+        for turn in pending:
+            turn.cancel()
+        self.withdrawn += len(pending)
+        return len(pending)
+
+
+def window(backend: Any, n: int, link: Any, *, grace: float, concurrency: int = 8) -> worker.Window:
+    return asyncio.run(
+        worker.run_window(
+            backend,
+            _requests(n),
+            "batch_x",
+            concurrency=concurrency,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
+            link=link,
+            progress_seconds=0.05,
+            grace_seconds=grace,
+        )
+    )
+
+
+def test_a_cancel_stops_launching_and_lets_the_requests_at_the_model_finish() -> None:
+    # Given 8 requests in flight of 20 at 0.3 s each, and a cancel seen at the 2nd publish (0.1 s)
+    backend, link = ScriptedBackend(delay=0.3), EndingLink(end_at=2)
+
+    # When the window runs with a grace longer than the requests
+    result = window(backend, 20, link, grace=5.0)
+
+    # Then the 8 in flight finished and are kept, the 12 others never reached the backend
+    assert result.ending is link.ending
+    assert [o is not None and o.ok for o in result.outcomes] == [True] * 8 + [False] * 12
+    assert len(backend.calls) == 8
+    assert link.published == [dict.fromkeys(("completed", "failed", "input_tokens", "output_tokens"), 0)] * 2
+    lines = result.ended()
+    assert len(lines) == 8
+
+
+def test_requests_queued_for_the_model_are_withdrawn_and_the_gaps_never_ran() -> None:
+    # Given a one-slot model with 7 more requests queued for it, and a cancel at the 3rd publish
+    backend, link = QueuedBackend(delay=0.12), EndingLink(end_at=3)
+
+    # When the window runs
+    result = window(backend, 10, link, grace=5.0)
+
+    # Then the answered ones are kept, the queued ones were withdrawn and are batch_cancelled lines
+    answered = [i for i, o in enumerate(result.outcomes) if o is not None]
+    assert answered == [0, 1]  # 0.12 s each: two finished by the cancel at 0.15 s, the 2nd was at the model
+    assert backend.withdrawn == 7
+    assert len(backend.calls) == 2
+    assert [o.error["code"] if o.error else o.status_code for o in result.ended()] == [200, 200]
+
+
+def test_a_request_still_at_the_model_after_the_grace_is_cut_with_its_own_code() -> None:
+    # Given requests of 2 s, a cancel at the first publish and a grace of 0.2 s
+    backend, link = ScriptedBackend(delay=2.0), EndingLink(end_at=1)
+
+    # When the window runs
+    result = window(backend, 3, link, grace=0.2, concurrency=2)
+
+    # Then the two at the model are cut (their own code), the third never ran
+    assert [o.error["code"] if o else None for o in result.outcomes] == [
+        "batch_cancelled_in_flight",
+        "batch_cancelled_in_flight",
+        None,
+    ]
+    assert [o.error["code"] for o in result.ended()] == ["batch_cancelled_in_flight"] * 2
+
+
+def test_ended_fills_a_gap_before_a_later_answer_with_never_ran() -> None:
+    requests = _requests(3)
+    answer = Outcome(requests[2], 200, {"id": "x", "usage": {}}, "x")
+    ended = worker.Window(requests, [None, None, answer], worker.ENDINGS[worker.BatchStatus.EXPIRED]).ended()
+    assert [(o.request.custom_id, o.error["code"] if o.error else o.status_code) for o in ended] == [
+        ("c0", "batch_expired"),
+        ("c1", "batch_expired"),
+        ("c2", 200),
+    ]
+    data, output_bytes, counts = render("batch_x", ended)
+    assert counts == {"completed": 1, "failed": 2, "input_tokens": 0, "output_tokens": 0}
+    assert [json.loads(line)["error"] for line in data[output_bytes:].splitlines()] == [
+        {"code": "batch_expired", "message": "The batch expired before this request ran."}
+    ] * 2
+
+
+def test_the_link_never_publishes_less_than_a_crashed_predecessor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a predecessor that had published 3 answers of the window starting at 4
+    sent: list[worker.LiveProgress] = []
+    monkeypatch.setattr(worker.batches, "publish_progress", lambda b, s, p: sent.append(p))
+    before = worker.LiveProgress(start=4, completed=3, input_tokens=30, output_tokens=6)
+    link = worker.ProgressLink("batch_x", 0, 4, before)
+
+    # When the redo publishes 1 answer, commits 2, then publishes 1 of the next window
+    link.publish({"completed": 1, "failed": 0, "input_tokens": 10, "output_tokens": 2})
+    committed = {"completed": 2, "failed": 0, "input_tokens": 20, "output_tokens": 4}
+    rest = link.rest_after(committed, 6)
+    link.committed(committed, 6)
+    link.publish({"completed": 0, "failed": 1, "input_tokens": 0, "output_tokens": 0})
+
+    # Then what is shown never drops below the predecessor's 3
+    assert [(p.start, p.completed, p.failed, p.input_tokens) for p in sent] == [(4, 3, 0, 30), (6, 1, 1, 10)]
+    assert (rest.start, rest.completed, rest.input_tokens, rest.output_tokens) == (6, 1, 10, 2)
+    assert worker.ProgressLink("batch_x", 0, 5, before).floor["completed"] == 0  # another window: no floor

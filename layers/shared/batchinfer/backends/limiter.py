@@ -100,7 +100,7 @@ class AIMDLimiter:
                 if waiter.done() and not waiter.cancelled():
                     self.in_flight -= 1  # granted, then cancelled: give the room back
                     self._wake()
-                else:
+                elif waiter in self._waiters:  # `_wake` drops waiters cancelled before their turn
                     self._waiters.remove(waiter)
                 raise
         return Permit(self.epoch)

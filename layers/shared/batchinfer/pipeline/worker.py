@@ -470,9 +470,8 @@ class ProgressLink:
         progress = LiveProgress(
             start=self.start, at=at, **{n: max(counts[n], self.floor[n]) for n in _COUNTS}
         )
-        self.ending = self.ending or ending_of(
-            batches.publish_progress(self.batch_id, self.shard_no, progress), at
-        )
+        header = batches.publish_progress(self.batch_id, self.shard_no, progress)
+        self.ending = self.ending or ending_of(header, at)
         return self.ending
 
     def rest_after(self, counts: dict[str, int], end: int) -> LiveProgress | None:
