@@ -378,3 +378,36 @@ def test_the_link_never_publishes_less_than_a_crashed_predecessor(monkeypatch: p
     assert [(p.start, p.completed, p.failed, p.input_tokens) for p in sent] == [(4, 3, 0, 30), (6, 1, 1, 10)]
     assert (rest.start, rest.completed, rest.input_tokens, rest.output_tokens) == (6, 1, 10, 2)
     assert worker.ProgressLink("batch_x", 0, 5, before).floor["completed"] == 0  # another window: no floor
+
+
+# ---- the per-request deadline (issue 12) -----------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: the reserve only stops new launches (ran 1.0 s of 0.4)")
+def test_requests_waiting_for_the_model_do_not_outlive_the_reserve() -> None:
+    # Given a one-slot model (0.1 s a request) with all 10 requests handed to it at once, and 0.4 s
+    # left before the time reserve
+    backend = QueuedBackend(delay=0.1)
+    loop_time: list[float] = []
+
+    async def scenario() -> list[Outcome]:
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + 0.9
+
+        def time_left_ms() -> int:
+            return int((ends_at - loop.time()) * 1000)
+
+        outcomes = await run_requests(
+            backend, _requests(10), "batch_x", concurrency=10, time_left_ms=time_left_ms, reserve_ms=500
+        )
+        loop_time.append(0.9 - (ends_at - loop.time()))
+        return outcomes
+
+    # When the window runs
+    outcomes = asyncio.run(scenario())
+
+    # Then it returns by the reserve: the requests that could not finish went back unstarted
+    assert loop_time[0] < 0.5, loop_time
+    assert 3 <= len(outcomes) <= 4 and all(o.ok for o in outcomes)
+    assert backend.withdrawn >= 5
+    assert len(backend.calls) <= len(outcomes) + 1  # at most the one at the model when time ran out
