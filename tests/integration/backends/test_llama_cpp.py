@@ -217,3 +217,25 @@ def test_json_object_response_format_gives_json(smollm2: ChatBackend) -> None:
 
     assert out["choices"][0]["finish_reason"] == "stop"
     assert set(json.loads(out["choices"][0]["message"]["content"])) == {"name", "age"}
+
+
+def test_requests_waiting_for_the_model_can_be_withdrawn(smollm2: ChatBackend) -> None:
+    # Given four requests handed to the model at once (one is generated, three wait for its thread)
+    async def scenario() -> list[Any]:
+        calls = [
+            asyncio.ensure_future(
+                smollm2.chat_completion({"model": SMOLLM2, "messages": user(f"Say {i}."), "max_tokens": 4})
+            )
+            for i in range(4)
+        ]
+        await asyncio.sleep(0.05)  # the first one is on the model's thread
+        withdrawn = smollm2.withdraw_waiting()  # type: ignore[attr-defined]
+        return [withdrawn, *await asyncio.gather(*calls, return_exceptions=True)]
+
+    # When the waiting ones are withdrawn
+    withdrawn, *results = asyncio.run(scenario())
+
+    # Then they never ran (RequestNotStarted) and the one being generated answers
+    assert withdrawn == 3
+    assert [type(r).__name__ for r in results] == ["dict"] + ["RequestNotStarted"] * 3
+    assert results[0]["usage"]["completion_tokens"] <= 4

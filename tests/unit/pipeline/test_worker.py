@@ -383,7 +383,6 @@ def test_the_link_never_publishes_less_than_a_crashed_predecessor(monkeypatch: p
 # ---- the per-request deadline (issue 12) -----------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: the reserve only stops new launches (ran 1.0 s of 0.4)")
 def test_requests_waiting_for_the_model_do_not_outlive_the_reserve() -> None:
     # Given a one-slot model (0.1 s a request) with all 10 requests handed to it at once, and 0.4 s
     # left before the time reserve

@@ -16,6 +16,7 @@ import json
 import random
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -263,6 +264,59 @@ def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
     return limiter
 
 
+class Latency:
+    """How long a backend has been taking to answer: seconds from sending a request to its answer, a
+    queue in front of the model (the embedded model's thread) included. `estimate()` is the longest of
+    the last `RECENT` answers (0 before any): what a request started now is expected to take.
+    Hand-written: a bounded deque and its maximum, no library needed."""
+
+    RECENT = 32
+
+    def __init__(self) -> None:
+        self._recent: deque[float] = deque(maxlen=self.RECENT)
+
+    def observe(self, seconds: float) -> None:
+        """Record one answer's time."""
+        self._recent.append(seconds)
+
+    def estimate(self) -> float:
+        """Seconds a request started now is expected to take."""
+        return max(self._recent, default=0.0)
+
+
+_LATENCIES: weakref.WeakKeyDictionary[Any, Latency] = weakref.WeakKeyDictionary()
+
+
+def latency_for(backend: ChatBackend) -> Latency:
+    """The process's `Latency` of `backend` (kept like `limiter_for`'s limiter, across windows and warm
+    invocations; a backend that can't be weakly referenced gets one for this call only)."""
+    try:
+        return _LATENCIES.setdefault(backend, Latency())
+    except TypeError:
+        return Latency()
+
+
+class _Timed:
+    """`backend` whose answers (and errors) are timed into `latency`."""
+
+    def __init__(self, backend: ChatBackend, latency: Latency) -> None:
+        self.backend, self.latency = backend, latency
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            answer = await self.backend.chat_completion(body)
+        except BackendError:
+            self.latency.observe(time.monotonic() - started)
+            raise
+        self.latency.observe(time.monotonic() - started)
+        return answer
+
+
+# How often the deadline of the requests in flight is looked at (seconds).
+DEADLINE_CHECK_S = 0.05
+
+
 async def run_requests(
     backend: ChatBackend,
     requests: list[Request],
@@ -315,13 +369,21 @@ async def run_window(
     link: ProgressLink | None = None,
     progress_seconds: float = 1.0,
     grace_seconds: float = 0.0,
+    deadline_ms: Callable[[], int] | None = None,
 ) -> Window:
     """Run requests, launched in input order, at most `concurrency` in flight.
 
     How many are really in flight adapts to the backend (`limiter_for`): AIMD between 1 and
     `concurrency`, cut on 429/503 answers and grown back on successes, so the backend is kept full
-    without being flooded. Stops launching when `time_left_ms()` drops under `reserve_ms`; every
-    launched request finishes.
+    without being flooded. Stops launching when `time_left_ms()` (this window's time, e.g. to a
+    checkpoint) drops under `reserve_ms`.
+
+    The per-request deadline (issue 12) is the invocation's remaining time `deadline_ms()` (default
+    `time_left_ms`) minus `reserve_ms`: no request is launched that the backend's observed latency
+    (`latency_for`) says cannot finish by then; once that is so, requests still waiting in the
+    backend's queue are withdrawn (`backends.base.Withdrawable`: back unstarted, they run in the next
+    invocation); at the deadline itself the requests still in flight are dropped unstarted too (sent
+    again later), so the caller commits before the function is killed.
 
     With a `link`, every `progress_seconds` the finished requests' counts are published on the batch
     (`ProgressLink.publish`, in a thread: the loop goes on) and its answer may end the batch: then no
@@ -331,26 +393,31 @@ async def run_window(
     ending's `cut` outcome). The publish in flight is awaited before returning, so it never lands
     after the caller's commit.
     """
-    limiter = limiter_for(backend, concurrency)
+    limiter, latency = limiter_for(backend, concurrency), latency_for(backend)
+    deadline = deadline_ms or time_left_ms
+    timed = _Timed(backend, latency)
     endings: list[Ending] = []  # the ending, once the link reported one
 
+    def budget_s() -> float:
+        return (deadline() - reserve_ms) / 1000
+
     def out_of_time() -> bool:
-        return bool(endings) or time_left_ms() < reserve_ms
+        return bool(endings) or time_left_ms() < reserve_ms or budget_s() < latency.estimate()
 
     outcomes: list[Outcome | None] = [None] * len(requests)
     finished = dict.fromkeys(_COUNTS, 0)
 
     async def one(index: int, request: Request) -> None:
         request_id = ids.request_id(batch_id, request.line)
-        limited = _Limited(backend, limiter, out_of_time)
+        limited = _Limited(timed, limiter, out_of_time)
         try:
             body = await call_backend(limited, request.body)
             outcome = Outcome(request, 200, body, body.get("id") or request_id)
         except (_NotStarted, RequestNotStarted):  # permits are first come, first served
             return
-        except asyncio.CancelledError:  # the grace after the batch's end ran out
-            if not limited.started:
-                return
+        except asyncio.CancelledError:  # the grace after the batch's end, or the deadline, ran out
+            if not limited.started or not endings:
+                return  # sent again later
             outcome = endings[0].cut(request)
         except BackendError as error:
             outcome = Outcome(request, error.status_code, error.body(), request_id)
@@ -366,6 +433,17 @@ async def run_window(
         _tally(finished, outcome)
 
     publishing: list[asyncio.Future[Ending | None]] = []
+    tasks: list[asyncio.Future[None]] = []
+
+    async def guard() -> None:
+        withdrawn = False
+        while (left := budget_s()) > 0:
+            if not withdrawn and left < latency.estimate() and isinstance(backend, Withdrawable):
+                withdrawn = True
+                backend.withdraw_waiting()
+            await asyncio.sleep(min(DEADLINE_CHECK_S, left))
+        for task in tasks:
+            task.cancel()
 
     async def watch(link: ProgressLink) -> None:
         while True:
@@ -389,8 +467,9 @@ async def run_window(
     # What is alive now (modules, clients, the shard) outlives this window: the collector need not
     # scan it while requests are in flight (a full collection of it stalls the loop ~70 ms).
     gc.freeze()
-    tasks = [asyncio.ensure_future(one(index, request)) for index, request in enumerate(requests)]
+    tasks += [asyncio.ensure_future(one(index, request)) for index, request in enumerate(requests)]
     everything = asyncio.gather(*tasks)
+    guarding = asyncio.ensure_future(guard())
     watcher = asyncio.ensure_future(watch(link)) if link is not None else None
     try:
         if watcher is None:
@@ -398,12 +477,13 @@ async def run_window(
         else:
             await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not everything.done():  # the batch is ending: the requests at the model get the grace
-                grace = max(0.0, min(grace_seconds, (time_left_ms() - reserve_ms) / 1000))
+                grace = max(0.0, min(grace_seconds, budget_s()))
                 if not (await asyncio.wait({everything}, timeout=grace))[0]:
                     for task in tasks:
                         task.cancel()
                     await everything
     finally:
+        guarding.cancel()
         if watcher is not None:
             watcher.cancel()
             if publishing and not publishing[0].done():
@@ -611,6 +691,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
                         link=link,
                         progress_seconds=settings.progress_seconds,
                         grace_seconds=settings.cancel_grace_seconds,
+                        deadline_ms=time_left_ms,
                     )
                 )
             )
