@@ -27,6 +27,8 @@ from batchinfer.pipeline.worker import parse_shard
 from batchinfer.wire.openai import result_line_bytes
 from batchinfer.wire.status import BatchStatus, is_terminal
 
+# The lease owner of the aggregator's own claims (`settle`): not a worker.
+AGGREGATOR_OWNER = "aggregator/"
 # How long an ending batch waits between looks at its shards' leases (SQS DelaySeconds).
 WAIT_SECONDS = 2
 # Beyond the grace and two progress intervals (the workers' delay in seeing the end): their commits.
@@ -52,7 +54,7 @@ def settle(header: BatchHeader) -> set[int]:
     fails means a live lease (or the shard was just committed: it is looked at again next time).
     """
     leased: set[int] = set()
-    owner = f"aggregator/{header.id}"
+    owner = f"{AGGREGATOR_OWNER}{header.id}"
     for shard in shards.query(header.id):
         if shard.state != "pending":
             continue
@@ -100,7 +102,9 @@ def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStat
     for shard in shards:
         if shard.next_index >= shard.size:
             continue
-        outcome = ending.cut if (shard.lease_until or 0) >= at else ending.never_ran
+        # A worker's lease still live (not another aggregator run's claim): it was past the grace.
+        held = (shard.lease_until or 0) >= at and not (shard.lease_owner or "").startswith(AGGREGATOR_OWNER)
+        outcome = ending.cut if held else ending.never_ran
         for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]:
             line = outcome(request)
             yield result_line_bytes(

@@ -710,6 +710,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
                 "shard commit condition failed: counted by another attempt",
                 extra={"batch_id": batch_id, "shard": shard_no},
             )
+            shards.release(batch_id, shard_no, owner=owner)  # nobody need wait for this lease
             return "conflict"
         link.committed(counts, part.end)
         chaos.crash_point("crash_after_commit")
