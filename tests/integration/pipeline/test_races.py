@@ -1,10 +1,14 @@
 """Races between the last shard's commit and a cancel or an expiry (issue 5): whichever wins, every
 line ends in exactly one result file, counts add up and the status is terminal.
+
+The races are DynamoDB's: the model is a scripted upstream (`support.scripted`), answering at once.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,13 +21,31 @@ from batchinfer.pipeline import intake
 from batchinfer.wire.status import BatchStatus
 from support.invariant import assert_batch_invariant
 from support.moto_env import Aws, sqs_event
+from support.scripted import SCRIPTED, scripted_model
 
-pytestmark = pytest.mark.model
+TEXT = "".join(
+    json.dumps(
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": SCRIPTED,
+                "max_tokens": 2,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": f"Say {i}."}],
+            },
+        }
+    )
+    + "\n"
+    for i in range(4)
+)
 
-TEXT = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                           "body": {"model": "smollm2-135m-instruct", "max_tokens": 2, "temperature": 0,
-                                    "messages": [{"role": "user", "content": f"Say {i}."}]}}) + "\n"
-               for i in range(4))
+
+@pytest.fixture(autouse=True)
+def _scripted(moto_aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with scripted_model(tmp_path, monkeypatch):
+        yield
 
 
 def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str, Any]]]:
@@ -31,8 +53,15 @@ def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str
     get_settings.cache_clear()
     s3.put_bytes(aws.bucket, "files/in", TEXT.encode())
     batch_id = ids.new_batch_id()
-    intake.create_batch(batch_id=batch_id, account_id="default", input_file_id="f", input_bucket=aws.bucket,
-                        input_key="files/in", endpoint="/v1/chat/completions", completion_window="24h")
+    intake.create_batch(
+        batch_id=batch_id,
+        account_id="default",
+        input_file_id="f",
+        input_bucket=aws.bucket,
+        input_key="files/in",
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
     aws.invoke("PrepareFunction", sqs_event(aws.messages("PrepareQueue")))
     return batch_id, aws.messages("ShardsQueue")
 
@@ -46,16 +75,20 @@ def file_bytes(file_id: str | None) -> bytes | None:
 
 def during_last_commit(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
     """Run `action` just before the worker commits (the race's other side)."""
+
     def crash_point(fault: str) -> None:
         if fault == "crash_before_commit":
             action()
+
     monkeypatch.setattr(chaos, "crash_point", crash_point)
 
 
 def finish(aws: Aws, batch_id: str) -> BatchHeader:
     aws.invoke("AggregatorFunction", sqs_event(aws.messages("FinalizeQueue") or [{"batch_id": batch_id}]))
     header = batches.get(batch_id)
-    assert_batch_invariant(header.model_dump(), TEXT, file_bytes(header.output_file_id), file_bytes(header.error_file_id))
+    assert_batch_invariant(
+        header.model_dump(), TEXT, file_bytes(header.output_file_id), file_bytes(header.error_file_id)
+    )
     return header
 
 
@@ -71,7 +104,9 @@ def test_cancel_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.M
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # its commit finds the batch sealed
     header = finish(moto_aws, batch_id)
     assert (header.status, header.request_counts.model_dump()) == (
-        "cancelled", {"total": 4, "completed": 2, "failed": 2})
+        "cancelled",
+        {"total": 4, "completed": 2, "failed": 2},
+    )
 
 
 def test_last_shard_wins_against_a_cancel(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +116,9 @@ def test_last_shard_wins_against_a_cancel(moto_aws: Aws, monkeypatch: pytest.Mon
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # commits: cancelling does not seal by itself
     header = finish(moto_aws, batch_id)
     assert (header.status, header.request_counts.model_dump()) == (
-        "cancelled", {"total": 4, "completed": 4, "failed": 0})
+        "cancelled",
+        {"total": 4, "completed": 4, "failed": 0},
+    )
 
 
 def test_expiry_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,9 +133,12 @@ def test_expiry_wins_against_the_last_shard(moto_aws: Aws, monkeypatch: pytest.M
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))
     header = finish(moto_aws, batch_id)
     assert (header.status, header.request_counts.model_dump()) == (
-        "expired", {"total": 4, "completed": 2, "failed": 2})
+        "expired",
+        {"total": 4, "completed": 2, "failed": 2},
+    )
     assert {json.loads(line)["error"]["code"] for line in file_bytes(header.error_file_id).splitlines()} == {
-        "batch_expired"}
+        "batch_expired"
+    }
 
 
 def test_completion_wins_against_expiry(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,4 +149,6 @@ def test_completion_wins_against_expiry(moto_aws: Aws, monkeypatch: pytest.Monke
     assert moto_aws.invoke("SweeperFunction", {})["expired"] == 0  # terminal batches are never reopened
     header = finish(moto_aws, batch_id)
     assert (header.status, header.request_counts.model_dump()) == (
-        "completed", {"total": 4, "completed": 4, "failed": 0})
+        "completed",
+        {"total": 4, "completed": 4, "failed": 0},
+    )
