@@ -127,9 +127,13 @@ def finalize_batch(batch_id: str) -> str:
     chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
-        yield from _result_parts(settings.bucket_name, found, errors=True)
-        if final in _NEVER_RAN:
-            yield from _never_ran(batch_id, settings.bucket_name, found, final)
+        if final not in _NEVER_RAN:
+            yield from _result_parts(settings.bucket_name, found, errors=True)
+            return
+        # Input order: each shard's failures, then its requests that never ran, shard by shard.
+        for shard in found:
+            yield from _result_parts(settings.bucket_name, [shard], errors=True)
+            yield from _never_ran(batch_id, settings.bucket_name, [shard], final)
 
     error_id, failed = _write_file(sealed, "error", error_chunks())
     counts = {"total": completed + failed, "completed": completed, "failed": failed}
