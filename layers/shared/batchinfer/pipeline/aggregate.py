@@ -17,8 +17,7 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.table import now
-from batchinfer.pipeline.worker import parse_shard
-from batchinfer.wire.openai import result_line_bytes
+from batchinfer.pipeline.worker import never_ran, parse_shard
 from batchinfer.wire.status import BatchStatus, is_terminal
 
 _NEVER_RAN = {
@@ -59,17 +58,9 @@ def _result_parts(bucket: str, shards: list[Shard], errors: bool) -> Iterator[by
 def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStatus) -> Iterator[bytes]:
     code, message = _NEVER_RAN[final]
     for shard in shards:
-        if shard.next_index >= shard.size:
-            continue
-        for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]:
-            yield result_line_bytes(
-                line_id=ids.request_id(batch_id, request.line),
-                custom_id=request.custom_id,
-                status_code=None,
-                request_id=None,
-                body=None,
-                error={"code": code, "message": message},
-            )
+        if shard.next_index < shard.size:
+            requests = parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]
+            yield never_ran(batch_id, requests, code, message)[0]
 
 
 class _LineCounter:
