@@ -23,8 +23,7 @@ from batchinfer.data import batches, files, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.table import now
 from batchinfer.pipeline import worker
-from batchinfer.pipeline.worker import parse_shard
-from batchinfer.wire.openai import result_line_bytes
+from batchinfer.pipeline.worker import never_ran, parse_shard
 from batchinfer.wire.status import BatchStatus, is_terminal
 
 # The lease owner of the aggregator's own claims (`settle`): not a worker.
@@ -100,21 +99,13 @@ def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStat
     for a shard a live lease still held when the batch was sealed (its worker was past the grace)."""
     ending, at = worker.ENDINGS[final], now()
     for shard in shards:
-        if shard.next_index >= shard.size:
-            continue
-        # A worker's lease still live (not another aggregator run's claim): it was past the grace.
-        held = (shard.lease_until or 0) >= at and not (shard.lease_owner or "").startswith(AGGREGATOR_OWNER)
-        outcome = ending.cut if held else ending.never_ran
-        for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]:
-            line = outcome(request)
-            yield result_line_bytes(
-                line_id=ids.request_id(batch_id, request.line),
-                custom_id=request.custom_id,
-                status_code=None,
-                request_id=None,
-                body=None,
-                error=line.error,
-            )
+        if shard.next_index < shard.size:
+            # A worker's lease still live (not another aggregator run's claim): it was past the grace.
+            owner = shard.lease_owner or ""
+            held = (shard.lease_until or 0) >= at and not owner.startswith(AGGREGATOR_OWNER)
+            code, message = (ending.cut_code, ending.cut_message) if held else (ending.code, ending.message)
+            requests = parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]
+            yield never_ran(batch_id, requests, code, message)[0]
 
 
 class _LineCounter:
@@ -181,9 +172,13 @@ def finalize_batch(batch_id: str) -> str:
     chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
-        yield from _result_parts(settings.bucket_name, found, errors=True)
-        if final in worker.ENDINGS:
-            yield from _never_ran(batch_id, settings.bucket_name, found, final)
+        if final not in worker.ENDINGS:
+            yield from _result_parts(settings.bucket_name, found, errors=True)
+            return
+        # Input order: each shard's failures, then its requests that never ran, shard by shard.
+        for shard in found:
+            yield from _result_parts(settings.bucket_name, [shard], errors=True)
+            yield from _never_ran(batch_id, settings.bucket_name, [shard], final)
 
     error_id, failed = _write_file(sealed, "error", error_chunks())
     counts = {"total": completed + failed, "completed": completed, "failed": failed}

@@ -583,6 +583,9 @@ def never_ran(
     return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
 
 
+_COUNTS = ("completed", "failed", "input_tokens", "output_tokens")  # a part's counts, in its S3 metadata
+
+
 def recover_part(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict[str, int]] | None:
     """Results an earlier attempt wrote for `[start, ...)` of a shard but died before committing, if
     any: the part and its counts (from the object's metadata, see `_write_part`), ready to commit."""
@@ -600,9 +603,6 @@ def recover_part(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, 
         bytes=int(meta["bytes"]),
     )
     return part, counts
-
-
-_COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
 
 
 def _write_part(
