@@ -7,6 +7,7 @@ The races are DynamoDB's: the model is a scripted upstream (`support.scripted`),
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,38 @@ def test_completion_wins_against_expiry(moto_aws: Aws, monkeypatch: pytest.Monke
         "completed",
         {"total": 4, "completed": 4, "failed": 0},
     )
+
+
+def test_a_cancel_after_a_worker_crashed_before_its_commit_keeps_its_part(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a first shard whose worker wrote its part and died before the commit (its lease ran out)
+    monkeypatch.setenv("SHARD_LEASE_SECONDS", "1")
+    batch_id, (first, _) = start(moto_aws, monkeypatch)
+
+    def crash_point(fault: str) -> None:
+        if fault == "crash_before_commit":
+            raise chaos.ChaosCrash(fault)
+
+    monkeypatch.setattr(chaos, "crash_point", crash_point)
+    with pytest.raises(Exception, match="failed processing"):
+        moto_aws.invoke("ShardWorkerFunction", sqs_event([first]))
+    assert batches.get(batch_id).request_counts.completed == 0
+    time.sleep(2.1)  # lease_until (whole seconds) is behind us
+
+    # When the batch is cancelled and the aggregator runs
+    batches.transition(batch_id, BatchStatus.CANCELLING)
+    header = finish(moto_aws, batch_id)
+
+    # Then the crashed worker's answers are committed and kept; the shard that never ran is cancelled
+    assert (header.status, header.request_counts.model_dump()) == (
+        "cancelled",
+        {"total": 4, "completed": 2, "failed": 2},
+    )
+    output = [json.loads(line)["custom_id"] for line in file_bytes(header.output_file_id).splitlines()]
+    errors = [json.loads(line) for line in file_bytes(header.error_file_id).splitlines()]
+    assert output == ["r0", "r1"]
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        ("r2", "batch_cancelled"),
+        ("r3", "batch_cancelled"),
+    ]
