@@ -45,8 +45,11 @@ INVALID = b"not json\n"  # fails validation at once: a batch that ends without t
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
+    # A cancel cuts a held request after 1 s (the default grace lets it run up to 10 minutes).
     with stack_with_upstream(
-        tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "1"}
+        tmp_path_factory.mktemp("registry"),
+        parameter_overrides={"ShardSize": "1"},
+        function_environment={"CANCEL_GRACE_SECONDS": "1", "PROGRESS_SECONDS": "0.2"},
     ) as pair:
         yield pair
 
