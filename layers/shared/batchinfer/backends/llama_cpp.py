@@ -35,11 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jinja2 import TemplateError
-from llama_cpp._internals import LlamaSampler
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
-
 from batchinfer.backends.base import BackendError, chat_request
 from batchinfer.backends.llama_engine import EngineTimeout, LlamaEngine, usable_cpus
 from batchinfer.wire.chat import ChatRequest
@@ -51,10 +46,14 @@ from batchinfer.wire.kserve import (
     TokenResult,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # llama-cpp-python (and its jinja2) are imported where used: the zip functions'
+    # layer does not ship them, and builds this backend only for the image functions.
+    from llama_cpp._internals import LlamaModel, LlamaSampler
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
     from batchinfer.backends.config import LlamaCppConfig
 
-__all__ = ["LlamaCppBackend", "find_gguf"]
+__all__ = ["LlamaCppBackend", "chat_formatter", "find_gguf"]
 
 # llama.cpp reads seed 0xFFFFFFFF (LLAMA_DEFAULT_SEED) as "pick a random seed": keep seeds below it.
 _SEED_MODULUS = 0xFFFFFFFF
@@ -102,6 +101,24 @@ def _int_metadata(metadata: dict[str, str], key: str) -> int | None:
         return None
 
 
+def chat_formatter(model: LlamaModel) -> Jinja2ChatFormatter:
+    """The chat formatter llama-cpp-python's `Llama` builds from a GGUF's metadata: its
+    `tokenizer.chat_template` with the model's end- and begin-of-sequence texts. Raises `RuntimeError`
+    when the file has no chat template."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    template = model.metadata().get("tokenizer.chat_template")
+    if not template:
+        raise RuntimeError("the GGUF has no tokenizer.chat_template in its metadata")
+    eos, bos = model.token_eos(), model.token_bos()
+    return Jinja2ChatFormatter(
+        template=template,
+        eos_token=model.detokenize([eos], special=True).decode("utf-8") if eos != -1 else "",
+        bos_token=model.detokenize([bos], special=True).decode("utf-8") if bos != -1 else "",
+        stop_token_ids=[eos],
+    )
+
+
 def _load(path: Path, n_ctx: int, n_seq_max: int, n_threads: int) -> _Loaded:
     """Load the GGUF into an engine; read its chat template and limits from the GGUF metadata.
 
@@ -113,17 +130,7 @@ def _load(path: Path, n_ctx: int, n_seq_max: int, n_threads: int) -> _Loaded:
     engine = LlamaEngine(path, n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=n_threads)
     model = engine.model
     metadata = model.metadata()
-    template = metadata.get("tokenizer.chat_template")
-    if not template:
-        raise RuntimeError(f"{path.name} has no tokenizer.chat_template in its GGUF metadata")
-    eos, bos = model.token_eos(), model.token_bos()
-    # The formatter llama-cpp-python's Llama builds from the same metadata.
-    formatter = Jinja2ChatFormatter(
-        template=template,
-        eos_token=model.detokenize([eos], special=True).decode("utf-8") if eos != -1 else "",
-        bos_token=model.detokenize([bos], special=True).decode("utf-8") if bos != -1 else "",
-        stop_token_ids=[eos],
-    )
+    formatter = chat_formatter(model)
     arch = metadata.get("general.architecture", "")
     limits = ModelLimits(
         vocab_size=_int_metadata(metadata, f"{arch}.vocab_size") or model.n_vocab(),
@@ -250,6 +257,8 @@ class LlamaCppBackend:
     def _chat_prompt(self, loaded: _Loaded, request: ChatRequest) -> tuple[list[int], list[str]]:
         """The messages rendered with the GGUF's chat template and tokenized (special tokens parsed),
         and the template's own stop strings (its end-of-turn text, as llama-cpp-python adds them)."""
+        from jinja2 import TemplateError
+
         # The template knows "system", not OpenAI's newer "developer" role for the same thing.
         messages = [
             {"role": "system" if m.role == "developer" else m.role, "content": m.content}
@@ -283,6 +292,9 @@ class LlamaCppBackend:
         """The request's sampler chain, in the order of llama-cpp-python's `Llama._init_sampler`:
         penalties, the JSON grammar, then greedy (temperature 0) or top-k, typical (off), top-p,
         min-p, temperature and a seeded draw."""
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
+
         model = loaded.engine.model
         temperature = 1.0 if request.temperature is None else request.temperature
         sampler = LlamaSampler()
@@ -330,6 +342,8 @@ class LlamaCppBackend:
         whether the request was still waiting (it is dropped) or running (its sequence is freed before
         the next step); 500 `model_error` when llama.cpp fails.
         """
+        from llama_cpp._internals import LlamaSampler
+
         loaded = await self._loaded()
         sampler = LlamaSampler()
         if params.repetition_penalty != 1.0:

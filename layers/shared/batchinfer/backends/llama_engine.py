@@ -53,11 +53,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import llama_cpp
-from llama_cpp import _internals as internals
-from llama_cpp._logger import set_verbose
+if TYPE_CHECKING:  # llama-cpp-python is imported where used: the zip functions' layer does not ship it
+    from llama_cpp import _internals as internals
 
 __all__ = ["EngineState", "EngineTimeout", "Generation", "LlamaEngine", "usable_cpus"]
 
@@ -164,6 +163,10 @@ class LlamaEngine:
     def __init__(self, path: Path, *, n_ctx: int, n_seq_max: int, n_threads: int) -> None:
         if not 1 <= n_seq_max < N_BATCH:
             raise ValueError(f"n_seq_max must be in [1, {N_BATCH}), got {n_seq_max}")
+        import llama_cpp
+        from llama_cpp import _internals as internals
+        from llama_cpp._logger import set_verbose
+
         set_verbose(False)  # llama.cpp's load and context logs go to stderr otherwise
         llama_cpp.llama_backend_init()
         self.model = internals.LlamaModel(
@@ -307,6 +310,8 @@ class LlamaEngine:
         return admitted
 
     def _start(self, sequence: _Sequence) -> None:
+        import llama_cpp
+
         llama_cpp.llama_memory_seq_rm(self._context.memory, sequence.seq_id, -1, -1)
         self._running.append(sequence)
 
@@ -385,6 +390,8 @@ class LlamaEngine:
                 self._accept(sequence, token)
 
     def _accept(self, sequence: _Sequence, token: int) -> None:
+        import llama_cpp
+
         request = sequence.request
         if llama_cpp.llama_vocab_is_eog(self.model.vocab, token):
             if request.include_eog:
@@ -411,6 +418,8 @@ class LlamaEngine:
     ) -> None:
         """Retire a sequence: free its KV stream and sampler, then resolve its request (error None and
         the request cancelled: nobody waits)."""
+        import llama_cpp
+
         self._running.remove(sequence)
         llama_cpp.llama_memory_seq_rm(self._context.memory, sequence.seq_id, -1, -1)
         request = sequence.request
