@@ -156,7 +156,11 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
 
 
 def _subprocess(*args: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, check=True)
+    # llama.cpp's threads wait at barriers as the engine's do (backends/llama_engine.py)
+    environ = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+    done = subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO, env=environ, capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
