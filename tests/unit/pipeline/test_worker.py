@@ -410,3 +410,18 @@ def test_requests_waiting_for_the_model_do_not_outlive_the_reserve() -> None:
     assert 2 <= len(outcomes) <= 4 and all(o.ok for o in outcomes)
     assert backend.withdrawn >= 5
     assert len(backend.calls) <= len(outcomes) + 1  # at most the one at the model when time ran out
+
+
+def test_an_in_process_engine_gets_its_concurrency_hint_never_above_the_ceiling() -> None:
+    from batchinfer.backends.chaos import ChaosBackend
+    from batchinfer.infer.service import TokenRequests
+
+    engine = ScriptedBackend()
+    engine.concurrency_hint = 20  # type: ignore[attr-defined]
+
+    assert worker.concurrency_for(engine, 64) == 20
+    assert worker.concurrency_for(engine, 8) == 8  # WORKER_CONCURRENCY still caps it
+    assert worker.concurrency_for(ScriptedBackend(), 64) == 64  # a remote backend: found below 64
+    # Token batches and chaos mode wrap the backend; the hint passes through both.
+    assert worker.concurrency_for(ChaosBackend(TokenRequests(engine)), 64) == 20
+    assert worker.concurrency_for(TokenRequests(ScriptedBackend()), 64) == 64
