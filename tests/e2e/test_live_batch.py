@@ -33,7 +33,13 @@ def stack() -> Iterator[LocalStack]:
         port=0,
         schedule_interval=1.0,
         parameter_overrides={"ShardSize": "8"},
-        function_environment={"POWERTOOLS_LOG_LEVEL": "DEBUG", "WINDOW_HOUR_SECONDS": str(HOUR_S)},
+        # Two requests in flight per shard worker (the engine would take every request of a shard at
+        # once): a cancel or an expiry mid-run then finds requests that never reached the model.
+        function_environment={
+            "POWERTOOLS_LOG_LEVEL": "DEBUG",
+            "WINDOW_HOUR_SECONDS": str(HOUR_S),
+            "WORKER_CONCURRENCY": "2",
+        },
     ) as running:
         yield running
 
@@ -127,7 +133,7 @@ def test_cancel_mid_run_keeps_every_answer(http: httpx.Client) -> None:
 
 def test_expiry_mid_run_keeps_every_answer(http: httpx.Client) -> None:
     # Given a 48-request batch with a "1h" window that lasts HOUR_S seconds here
-    data, text = batch_file("expiry", 48, max_tokens=16)
+    data, text = batch_file("expiry", 48, max_tokens=64)
 
     # When it runs past its window
     series, answered = run(http, data, completion_window="1h")
