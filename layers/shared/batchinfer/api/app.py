@@ -19,12 +19,12 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import auth, batches, files, uploads
+from batchinfer.api import auth, batches, files, models, uploads
 from batchinfer.api.errors import ApiError
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
-from batchinfer.wire.messages import loc_path
-from batchinfer.wire.openai import ErrorBody, ErrorEnvelope
+from batchinfer.wire.messages import describe, loc_path
+from batchinfer.wire.openai import PATTERN_RULES, ErrorBody, ErrorEnvelope
 from batchinfer.wire.strict_json import JsonErrorKind
 
 TITLE, VERSION = "batchinfer", "0.1.0"
@@ -60,6 +60,7 @@ app.use(middlewares=[auth.auth_middleware])
 app.include_router(files.router)
 app.include_router(uploads.router)
 app.include_router(batches.router)
+app.include_router(models.router)
 app.enable_swagger(path="/v1/swagger", title=TITLE, version=VERSION, servers=[Server(url="/")], **_SECURITY)
 
 
@@ -119,6 +120,8 @@ def _invalid_request(error: RequestValidationError) -> Response:
     location = [p for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
     param = loc_path(location) or None
     message = first.get("msg", "invalid request")
+    if first.get("type") == "string_pattern_mismatch" and first["ctx"]["pattern"] in PATTERN_RULES:
+        message = f"{describe(first.get('input'))} {PATTERN_RULES[first['ctx']['pattern']]}"
     if param:
         message = f"{param}: {message}"
     return _envelope(400, ErrorBody(message=message, param=param, code="invalid_request"))
