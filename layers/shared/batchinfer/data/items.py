@@ -88,6 +88,9 @@ class BatchHeader(Item):
     )
     final_status: BatchStatus | None = Field(None, description="the terminal status a sealed batch ends in")
     progress_at: int | None = Field(None, description="time of the last shard commit")
+    output_expires_at: int | None = Field(
+        None, description="when the result files expire (created_at + output_expires_after.seconds)"
+    )
 
 
 class BatchChanges(BaseModel):
@@ -152,6 +155,7 @@ class FileRecord(Item):
     filename: str
     purpose: str
     status: str = "processed"
+    expires_at: int | None = Field(None, description="Unix seconds: past it the sweeper deletes the file")
     account_id: str
     bucket: str
     key: str

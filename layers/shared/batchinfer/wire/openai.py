@@ -188,6 +188,17 @@ class BatchList(BaseModel):
     has_more: bool
 
 
+class OutputExpiresAfter(BaseModel):
+    """OpenAI's `output_expires_after` of a batch create: the output and error files expire `seconds`
+    after the batch's `created_at` (the only anchor), from 1 hour to 30 days
+    (https://platform.openai.com/docs/api-reference/batch/create)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    anchor: Literal["created_at"]
+    seconds: int = Field(ge=3600, le=2592000, description="3600 (1 hour) to 2592000 (30 days)")
+
+
 class CreateBatchRequest(BaseModel):
     """Body of `POST /v1/batches`, in either dialect.
 
@@ -210,6 +221,9 @@ class CreateBatchRequest(BaseModel):
     )
     completion_window: str = Field("24h", pattern=WINDOW_PATTERN, description="whole hours, '1h' to '168h'")
     metadata: Metadata = None
+    output_expires_after: OutputExpiresAfter | None = Field(
+        None, description="when the output and error files expire (files the service stores only)"
+    )
     name: str | None = Field(None, max_length=256)
     input_source: InputSource = "file"
     output_target: OutputTarget | None = Field(
