@@ -289,3 +289,12 @@ def test_a_key_without_bearer_gets_the_fix(http: httpx.Client) -> None:
         "param": None,
         "code": "missing_api_key",
     }
+
+
+def test_the_openapi_document_lists_models_and_says_where_v2_is(http: httpx.Client) -> None:
+    document = http.get("/openapi.json").json()
+    assert {"/v1/models", "/v1/models/{model}"} <= set(document["paths"])
+    assert "POST /v2/models/{model}/infer" in document["info"]["description"]
+    assert (
+        document["components"]["schemas"]["OutputExpiresAfter"]["properties"]["seconds"]["maximum"] == 2592000
+    )
