@@ -405,10 +405,19 @@ def cmd_smoke(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- the local stack
+class _FunctionLabel(logging.Formatter):
+    """`[LogicalId] line`: the function a forwarded line came from (its logger is
+    `batchinfer_local.function.<LogicalId>`), also for lines that are not Powertools JSON."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"[{record.name.rsplit('.', 1)[-1]}] {record.getMessage()}"
+
+
 def _show_function_logs(level: int) -> None:
-    """Print the functions' log lines (forwarded from their processes) at `level` and above, as they are."""
+    """Print the functions' log lines (forwarded from their processes) at `level` and above, each
+    labelled with its function."""
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_FunctionLabel())
     functions = logging.getLogger("batchinfer_local.function")
     functions.addHandler(handler)
     functions.setLevel(level)

@@ -192,3 +192,18 @@ def test_rates_sum_input_and_output_tokens_when_total_is_absent() -> None:
         "tps": "20.0",
         "eta": "0:02",
     }
+
+
+def test_function_log_lines_are_labelled_with_their_function(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    functions = logging.getLogger("batchinfer_local.function")
+    saved = (functions.handlers[:], functions.level, functions.propagate)
+    try:
+        cli._show_function_logs(logging.INFO)
+        logging.getLogger("batchinfer_local.function.ShardWorkerFunction").warning("a plain line")
+        logging.getLogger("batchinfer_local.function.ApiFunction").info('{"level": "INFO"}')
+        logging.getLogger("batchinfer_local.function.ApiFunction").debug("below the level")
+    finally:
+        functions.handlers[:], functions.level, functions.propagate = saved
+    assert capsys.readouterr().out == '[ShardWorkerFunction] a plain line\n[ApiFunction] {"level": "INFO"}\n'
