@@ -123,6 +123,9 @@ def same(answer: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
 TOO_DEEP = "request body is not valid JSON: the body is nested too deeply (more than 128 levels)"
 SURROGATE = "Input should be a valid string, unable to parse raw data as a unicode string"
 NO_KEY = "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
+NO_BEARER = (
+    "The Authorization header has no 'Bearer' scheme: send the key as 'Authorization: Bearer YOUR_KEY'."
+)
 IDEMPOTENCY = envelope(
     "Idempotency-Key must be 1 to 255 printable characters", "invalid_idempotency_key", "Idempotency-Key"
 )
@@ -419,7 +422,7 @@ V1_CASES: list[Case] = [
         "/batches",
         lambda f, k: {"headers": {"Authorization": k}},
         401,
-        same(envelope(NO_KEY, "missing_api_key")),
+        same(envelope(NO_BEARER, "missing_api_key")),
     ),
     (
         "Authorization: Basic",
@@ -427,7 +430,7 @@ V1_CASES: list[Case] = [
         "/batches",
         lambda f, k: {"headers": {"Authorization": "Basic dXNlcjpwYXNz"}},
         401,
-        same(envelope(NO_KEY, "missing_api_key")),
+        same(envelope(NO_BEARER, "missing_api_key")),
     ),
     (
         "Authorization: Bearer and no key",
