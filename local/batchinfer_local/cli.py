@@ -40,7 +40,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -413,15 +414,22 @@ class _FunctionLabel(logging.Formatter):
         return f"[{record.name.rsplit('.', 1)[-1]}] {record.getMessage()}"
 
 
-def _show_function_logs(level: int) -> None:
-    """Print the functions' log lines (forwarded from their processes) at `level` and above, each
-    labelled with its function."""
+@contextmanager
+def _show_function_logs(level: int) -> Iterator[None]:
+    """While in the block, print the functions' log lines (forwarded from their processes) at `level`
+    and above, each labelled with its function."""
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(_FunctionLabel())
     functions = logging.getLogger("batchinfer_local.function")
+    saved = (functions.level, functions.propagate)
     functions.addHandler(handler)
     functions.setLevel(level)
     functions.propagate = False
+    try:
+        yield
+    finally:
+        functions.removeHandler(handler)
+        functions.level, functions.propagate = saved
 
 
 def _iam_line(stack: Any) -> str:
@@ -469,10 +477,15 @@ def write_state(stack: Any, path: Path) -> None:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from batchinfer_local.stack import DEV_ACCOUNT, DEV_API_KEY_ENV, LocalStack
+    from batchinfer_local.stack import LocalStack
 
-    _show_function_logs(logging.INFO)
-    stack = LocalStack(port=args.port, iam=False if args.no_iam else None)
+    with _show_function_logs(logging.INFO):
+        return _run_local(args, LocalStack(port=args.port, iam=False if args.no_iam else None))
+
+
+def _run_local(args: argparse.Namespace, stack: Any) -> int:
+    from batchinfer_local.stack import DEV_ACCOUNT, DEV_API_KEY_ENV
+
     _start(stack, args.port)
     state = state_path()
     try:
@@ -513,8 +526,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise CliError(f"error: no such file: {path}", code=2)
-    _show_function_logs(logging.WARNING)  # the progress bar, not the handlers' logs
-    stack = LocalStack(port=args.port, iam=False if args.no_iam else None)
+    with _show_function_logs(logging.WARNING):  # the progress bar, not the handlers' logs
+        return _run_demo(path, args, LocalStack(port=args.port, iam=False if args.no_iam else None))
+
+
+def _run_demo(path: Path, args: argparse.Namespace, stack: Any) -> int:
     _start(stack, args.port)
     try:
         console.print(f"local stack up at {stack.base_url}/v1 (moto on {stack.moto_endpoint})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import httpx
@@ -129,6 +130,7 @@ def test_a_port_in_use_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]
         port = taken.getsockname()[1]
         code = cli.main(["local", "--port", str(port)])
     assert code == 1
+    assert logging.getLogger("batchinfer_local.function").handlers == []  # the log handler went too
     assert capsys.readouterr().err == (
         f"error: port {port} is already in use: stop what listens there, or choose another port "
         "(`batchinfer local --port N`, `make local PORT=N`)\n"
@@ -198,12 +200,10 @@ def test_function_log_lines_are_labelled_with_their_function(capsys: pytest.Capt
     import logging
 
     functions = logging.getLogger("batchinfer_local.function")
-    saved = (functions.handlers[:], functions.level, functions.propagate)
-    try:
-        cli._show_function_logs(logging.INFO)
+    before = functions.handlers[:]
+    with cli._show_function_logs(logging.INFO):
         logging.getLogger("batchinfer_local.function.ShardWorkerFunction").warning("a plain line")
         logging.getLogger("batchinfer_local.function.ApiFunction").info('{"level": "INFO"}')
         logging.getLogger("batchinfer_local.function.ApiFunction").debug("below the level")
-    finally:
-        functions.handlers[:], functions.level, functions.propagate = saved
+    assert functions.handlers == before  # nothing left behind
     assert capsys.readouterr().out == '[ShardWorkerFunction] a plain line\n[ApiFunction] {"level": "INFO"}\n'
