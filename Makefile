@@ -29,8 +29,10 @@ $(STAMP): $(REQS)
 demo: $(STAMP)
 	$(BIN)/batchinfer demo examples/batch-sample.jsonl
 
+# `make local PORT=8001` for another port.
+PORT ?= 8000
 local: $(STAMP)
-	$(BIN)/batchinfer local
+	$(BIN)/batchinfer local --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/pytest

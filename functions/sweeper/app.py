@@ -1,8 +1,10 @@
-"""Sweeper function (schedule): expire overdue batches and re-send messages that were lost."""
+"""Sweeper function (schedule): expire overdue batches, re-send messages that were lost, and delete
+result files past their `output_expires_after` (`pipeline.retention`)."""
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.core.observability import logger, tracer
+from batchinfer.pipeline.retention import expire_files
 from batchinfer.pipeline.sweep import sweep
 
 
@@ -10,5 +12,6 @@ from batchinfer.pipeline.sweep import sweep
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     actions = sweep()
+    actions["files_expired"] = expire_files()
     logger.info("swept", extra=actions)
     return actions

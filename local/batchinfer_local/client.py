@@ -1,9 +1,16 @@
-"""A small HTTP client of the Batch API (local stack or deployed stack alike)."""
+"""A thin HTTP client of the Batch API (local stack or deployed stack alike), on httpx.
+
+Every failure is one exception type the CLI can print as one line: `ApiError` (an HTTP answer of
+4xx/5xx, with the server's OpenAI error envelope `{"error": {"message", "type", "param", "code"}}`
+read out, or API Gateway's `{"message": ...}`) or `Unreachable` (no answer at all).
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,33 +18,152 @@ import httpx
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
+# Files above this go through the Uploads API: a request carries at most 6 MB into Lambda, and
+# API Gateway base64-encodes a multipart body (4/3 of its size) in the invocation event.
+SINGLE_REQUEST_BYTES = 4 * 1024 * 1024
 
-class BatchClient:
-    """Calls `<base_url>/files` and `<base_url>/batches`; `base_url` ends in `/v1`.
 
-    Raises `httpx.HTTPStatusError` on a 4xx/5xx, with the OpenAI error envelope as its response body.
+class ApiError(Exception):
+    """The API answered with an error status.
+
+    Attributes: `status` (HTTP status), `message` (the server's own message), `code` and `param`
+    (OpenAI envelope fields, None when absent), `url` (the request's URL).
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self, status: int, message: str, *, code: str | None = None, param: str | None = None, url: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param, self.url = status, message, code, param, url
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiError:
+        """Read the error out of `response`: OpenAI's envelope, KServe's `{"error": "..."}` or API
+        Gateway's `{"message": "..."}`; else the status line."""
+        message, code, param = response.reason_phrase or f"HTTP {response.status_code}", None, None
+        try:
+            body = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if isinstance(body, dict):
+            error = body.get("error")
+            if isinstance(error, dict):
+                message = str(error.get("message") or message)
+                code, param = error.get("code"), error.get("param")
+            elif isinstance(error, str):
+                message = error
+            elif isinstance(body.get("message"), str):
+                message = body["message"]
+        elif response.text.strip():
+            message = response.text.strip().splitlines()[0][:300]
+        return cls(response.status_code, message, code=code, param=param, url=str(response.request.url))
+
+
+class Unreachable(Exception):
+    """No HTTP answer at all from `url` (connection refused, DNS, timeout)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url, self.reason = url, reason
+
+
+class BatchClient:
+    """Calls `<base_url>/files`, `/uploads`, `/batches` and `/models`; `base_url` ends in `/v1`.
+
+    Raises `ApiError` on a 4xx/5xx answer and `Unreachable` when no answer came.
+    `single_request_bytes`: files larger than this are sent through the Uploads API (default
+    `SINGLE_REQUEST_BYTES`).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        *,
+        single_request_bytes: int | None = None,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.single_request_bytes = single_request_bytes or SINGLE_REQUEST_BYTES
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, follow_redirects=True
+            base_url=self.base_url, headers=headers, timeout=timeout, follow_redirects=True
         )
 
-    def _json(self, response: httpx.Response) -> Any:
-        response.raise_for_status()
-        return response.json()
+    @contextmanager
+    def _calling(self) -> Iterator[None]:
+        try:
+            yield
+        except httpx.TransportError as error:
+            url = str(error.request.url) if error.request else self.base_url
+            raise Unreachable(
+                url, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            ) from None
 
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request to `path` (relative to base_url, or absolute); raises ApiError on >= 400."""
+        with self._calling():
+            response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise ApiError.of(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
+    # ------------------------------------------------------------------ files
     def upload(self, path: Path) -> dict[str, Any]:
+        """Upload `path` as a `purpose=batch` File: one POST /files, or the Uploads API above
+        `single_request_bytes`. Returns the File object. Raises FileNotFoundError for a missing path."""
+        size = path.stat().st_size
+        if size > self.single_request_bytes:
+            return self.upload_large(path, size)
         with path.open("rb") as handle:
             return self._json(
-                self.http.post(
-                    "/files",
-                    data={"purpose": "batch"},
-                    files={"file": (path.name, handle, "application/jsonl")},
-                )
+                "POST",
+                "/files",
+                data={"purpose": "batch"},
+                files={"file": (path.name, handle, "application/jsonl")},
             )
 
+    def upload_large(self, path: Path, size: int) -> dict[str, Any]:
+        """POST /uploads, PUT the bytes to its presigned `upload_url`, then complete: the File object."""
+        upload = self._json(
+            "POST",
+            "/uploads",
+            json={"filename": path.name, "purpose": "batch", "bytes": size, "mime_type": "application/jsonl"},
+        )
+        with path.open("rb") as handle, self._calling():
+            put = httpx.put(
+                upload["upload_url"], content=handle, headers=upload.get("upload_headers") or {}, timeout=300
+            )
+        if put.status_code >= 400:
+            raise ApiError.of(put)
+        done = self._json("POST", f"/uploads/{upload['id']}/complete", json={})
+        return done["file"]
+
+    def files(self, *, purpose: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """GET /files: the list object `{"data": [File, ...], "has_more": ...}`."""
+        params: dict[str, Any] = {"limit": limit, **({"purpose": purpose} if purpose else {})}
+        return self._json("GET", "/files", params=params)
+
+    def delete_file(self, file_id: str) -> dict[str, Any]:
+        """DELETE /files/{id}: `{"id", "object": "file", "deleted": true}`."""
+        return self._json("DELETE", f"/files/{file_id}")
+
+    def content(self, file_id: str) -> bytes:
+        """GET /files/{id}/content (a 302 to S3 is followed)."""
+        return self.request("GET", f"/files/{file_id}/content").content
+
+    def fetch_url(self, url: str) -> bytes:
+        """GET a presigned URL (TokenHub's `output_file_url`) without the API key."""
+        with self._calling():
+            response = httpx.get(url, timeout=self.http.timeout, follow_redirects=True)
+        if response.status_code >= 400:
+            raise ApiError.of(response)
+        return response.content
+
+    # ------------------------------------------------------------------ batches
     def create(
         self,
         input_file_id: str,
@@ -45,7 +171,9 @@ class BatchClient:
         endpoint: str = "/v1/chat/completions",
         completion_window: str = "24h",
         metadata: dict[str, str] | None = None,
+        output_expires_after: int | None = None,
     ) -> dict[str, Any]:
+        """POST /batches; `output_expires_after` in seconds after creation (OpenAI's `created_at` anchor)."""
         body: dict[str, Any] = {
             "input_file_id": input_file_id,
             "endpoint": endpoint,
@@ -53,15 +181,21 @@ class BatchClient:
         }
         if metadata:
             body["metadata"] = metadata
-        return self._json(self.http.post("/batches", json=body))
+        if output_expires_after is not None:
+            body["output_expires_after"] = {"anchor": "created_at", "seconds": output_expires_after}
+        return self._json("POST", "/batches", json=body)
 
     def retrieve(self, batch_id: str) -> dict[str, Any]:
-        return self._json(self.http.get(f"/batches/{batch_id}"))
+        """GET /batches/{id}: the Batch object."""
+        return self._json("GET", f"/batches/{batch_id}")
 
-    def content(self, file_id: str) -> bytes:
-        response = self.http.get(f"/files/{file_id}/content")
-        response.raise_for_status()
-        return response.content
+    def batches(self, *, limit: int = 20, after: str | None = None) -> dict[str, Any]:
+        """GET /batches (newest first): the list object."""
+        return self._json("GET", "/batches", params={"limit": limit, **({"after": after} if after else {})})
+
+    def cancel(self, batch_id: str) -> dict[str, Any]:
+        """POST /batches/{id}/cancel: the Batch object (`cancelling` or already `cancelled`)."""
+        return self._json("POST", f"/batches/{batch_id}/cancel")
 
     def wait(
         self,
@@ -71,7 +205,10 @@ class BatchClient:
         timeout_s: float = 3600.0,
         on_update: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        """Poll until the batch is terminal; `on_update` sees every polled Batch object."""
+        """Poll until the batch is terminal; `on_update` sees every polled Batch object.
+
+        Raises TimeoutError after `timeout_s` seconds (the batch itself goes on).
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             batch = self.retrieve(batch_id)

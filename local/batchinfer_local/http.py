@@ -231,7 +231,24 @@ def _json_response(status: int, message: str) -> HttpResponse:
 BAD_REQUEST = _json_response(400, "Bad Request")
 NOT_FOUND = _json_response(404, "Not Found")
 INTERNAL_ERROR = _json_response(500, "Internal Server Error")
-TOO_LARGE = _json_response(413, "Request Entity Too Large")
+# The OpenAI envelope with the way out, where a deployed HTTP API answers {"message": "Request Entity
+# Too Large"} (HTTP APIs have no customisable gateway responses; clients must read both, as the CLI does).
+TOO_LARGE = HttpResponse(
+    413,
+    [("Content-Type", "application/json")],
+    json.dumps(
+        {
+            "error": {
+                "message": "Request Entity Too Large: a request carries at most 10 MB (6 MB once in the "
+                "function's event); send large files through /v1/uploads (create an Upload, PUT the "
+                "bytes to its upload_url, then complete it).",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "request_too_large",
+            }
+        }
+    ).encode(),
+)
 
 
 def http_response(result: Any) -> HttpResponse:

@@ -206,10 +206,11 @@ class LocalStack:
         Invocations still running after a few seconds are ended (their environments killed). Idempotent.
         """
         self._stopping.set()
-        for source in self._sources:
+        started = [source for source in self._sources if source.ident is not None]  # start() may have failed
+        for source in started:
             source.join(timeout=5)
         deadline = time.monotonic() + 10
-        for source in self._sources:
+        for source in started:
             for thread in source.join_batches(max(0.0, deadline - time.monotonic())):
                 log.warning("%s is still running an invocation; ending it", thread.name)
         self._sources.clear()

@@ -40,7 +40,7 @@ from support.api_stack import (
 from support.data import batch_header
 
 pytestmark = pytest.mark.timeout(120)
-INVALID = b"not json\n"  # fails validation at once: a batch that ends without the model
+INVALID = b'{"custom_id": "x"}\n'  # JSON Lines failing validation at once: the batch ends without the model
 
 
 @pytest.fixture(scope="module")

@@ -161,13 +161,20 @@ def test_generated_call_sequences_never_fail_a_check(
             if case.operation.label == "POST /v1/files" and isinstance(body, dict) and "file" in body:
                 body["file"] = HELD
             # A create that follows a link is an OpenAI-dialect create of the linked file, with generated
-            # metadata and name (test_tokenhub.py covers the TokenHub fields and their cross-field rules).
+            # metadata and name (test_tokenhub.py covers the TokenHub fields and their cross-field rules,
+            # test_openai_sdk.py output_expires_after).
             if (
                 case.operation.label == "POST /v1/batches"
                 and isinstance(body, dict)
                 and str(body.get("input_file_id")).startswith("file-")
             ):
-                for name in ("input_source", "output_target", "output_user_s3_path", "output_user_cos_path"):
+                for name in (
+                    "input_source",
+                    "output_target",
+                    "output_user_s3_path",
+                    "output_user_cos_path",
+                    "output_expires_after",
+                ):
                     body.pop(name, None)
                 if not _whole_hours(body.get("completion_window")):
                     body["completion_window"] = "24h"

@@ -75,7 +75,8 @@ CASES: dict[str, tuple[bytes, list[tuple[str, int | None, str | None]]]] = {
         [("invalid_json_line", 1, None), ("invalid_parameter", 3, "method"), ("invalid_url", 5, "url")],
     ),
     # ... up to the cap
-    "capped": (jsonl(*["{"] * 6), [("invalid_json_line", n, None) for n in range(1, 5)]),
+    # (a file with no JSON object in its first lines is refused at upload: see test_api_messages.py)
+    "capped": (jsonl(OK, *["{"] * 5), [("invalid_json_line", n, None) for n in range(2, 6)]),
 }
 
 
@@ -174,3 +175,126 @@ def test_a_file_of_another_purpose_or_nobody_is_refused(http: httpx.Client) -> N
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "file_not_found"
     output_of_a_batch = http.get("/files", params={"purpose": "batch_output"}).json()["data"]
     assert output_of_a_batch == []  # failed batches have no result files
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (
+            "completion_window",
+            "2d",
+            'completion_window: string "2d" is not a completion window: give whole hours from "1h" to '
+            '"168h", e.g. "24h"',
+        ),
+        (
+            "endpoint",
+            "/v1/completions",
+            'endpoint: string "/v1/completions" is not a batch endpoint: use "/v1/chat/completions", or '
+            '"/v2/models/{model}/infer" for KServe v2 token requests',
+        ),
+    ],
+)
+def test_pattern_rules_are_sentences_not_regexes(
+    http: httpx.Client, field: str, value: str, message: str
+) -> None:
+    body = {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", field: value}
+    response = http.post("/batches", json=body)
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": field,
+            "code": "invalid_request",
+        }
+    }
+
+
+INVALID_FORMAT = "Invalid file format for Batch API. Must be .jsonl: "
+
+
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        (
+            json.dumps([json.loads(OK)] * 3, indent=2).encode(),
+            "it is a JSON array; this must be JSON Lines (one request object per line), "
+            "without [ ] or commas.",
+        ),
+        (
+            b"custom_id,prompt\nq1,hello\n",
+            "none of its first 2 line(s) is a JSON object (line 1 is not valid JSON); "
+            "this must be JSON Lines (one request object per line).",
+        ),
+        (
+            OK.encode("utf-16"),
+            "the file is not UTF-8: it starts with a UTF-16 little-endian byte order mark (FF FE). "
+            "Save it as UTF-8 JSON Lines.",
+        ),
+    ],
+)
+def test_an_upload_that_is_not_json_lines_is_refused_at_once(
+    http: httpx.Client, data: bytes, problem: str
+) -> None:
+    response = http.post(
+        "/files", data={"purpose": "batch"}, files={"file": ("in.json", data, "application/json")}
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "message": INVALID_FORMAT + problem,
+            "type": "invalid_request_error",
+            "param": "file",
+            "code": "invalid_file_format",
+        }
+    }
+
+
+def test_models_are_listed_in_openais_shape_and_a_typo_names_the_closest(http: httpx.Client) -> None:
+    listed = http.get("/models").json()
+    assert [(m["id"], m["object"], m["owned_by"]) for m in listed["data"]] == [
+        (MODEL, "model", "llama_cpp"),
+        (SCRIPTED, "model", "openai"),
+    ]
+    assert listed["object"] == "list" and all(isinstance(m["created"], int) for m in listed["data"])
+    assert http.get(f"/models/{MODEL}").json() == listed["data"][0]
+    typo = http.get("/models/smollm2-135m")
+    assert typo.status_code == 404
+    assert typo.json()["error"] == {
+        "message": f"Model 'smollm2-135m' is not served by this deployment; did you mean '{MODEL}'? "
+        "GET /v1/models lists the models.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+
+
+def test_a_batch_with_a_mistyped_model_fails_naming_the_closest(http: httpx.Client) -> None:
+    data = jsonl(line("a", body_model="smollm2-135m-instruct "))
+    batch = wait_for(http, create(http, upload(http, data)).json()["id"], timeout=60)
+    assert batch["errors"]["data"][0]["message"] == (
+        "Line 1: model 'smollm2-135m-instruct ' is not served by this deployment; did you mean "
+        f"'{MODEL}'? GET /v1/models lists the models."
+    )
+
+
+def test_a_key_without_bearer_gets_the_fix(http: httpx.Client) -> None:
+    key = http.headers["Authorization"].removeprefix("Bearer ")
+    response = httpx.get(f"{http.base_url}/batches", headers={"Authorization": key})
+    assert response.status_code == 401
+    assert response.json()["error"] == {
+        "message": "The Authorization header has no 'Bearer' scheme: send the key as "
+        "'Authorization: Bearer YOUR_KEY'.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "missing_api_key",
+    }
+
+
+def test_the_openapi_document_lists_models_and_says_where_v2_is(http: httpx.Client) -> None:
+    document = http.get("/openapi.json").json()
+    assert {"/v1/models", "/v1/models/{model}"} <= set(document["paths"])
+    assert "POST /v2/models/{model}/infer" in document["info"]["description"]
+    assert (
+        document["components"]["schemas"]["OutputExpiresAfter"]["properties"]["seconds"]["maximum"] == 2592000
+    )

@@ -123,6 +123,9 @@ def same(answer: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
 TOO_DEEP = "request body is not valid JSON: the body is nested too deeply (more than 128 levels)"
 SURROGATE = "Input should be a valid string, unable to parse raw data as a unicode string"
 NO_KEY = "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'."
+NO_BEARER = (
+    "The Authorization header has no 'Bearer' scheme: send the key as 'Authorization: Bearer YOUR_KEY'."
+)
 IDEMPOTENCY = envelope(
     "Idempotency-Key must be 1 to 255 printable characters", "invalid_idempotency_key", "Idempotency-Key"
 )
@@ -419,7 +422,7 @@ V1_CASES: list[Case] = [
         "/batches",
         lambda f, k: {"headers": {"Authorization": k}},
         401,
-        same(envelope(NO_KEY, "missing_api_key")),
+        same(envelope(NO_BEARER, "missing_api_key")),
     ),
     (
         "Authorization: Basic",
@@ -427,7 +430,7 @@ V1_CASES: list[Case] = [
         "/batches",
         lambda f, k: {"headers": {"Authorization": "Basic dXNlcjpwYXNz"}},
         401,
-        same(envelope(NO_KEY, "missing_api_key")),
+        same(envelope(NO_BEARER, "missing_api_key")),
     ),
     (
         "Authorization: Bearer and no key",
@@ -581,21 +584,28 @@ def test_hostile_v1_request_is_a_clear_4xx_and_changes_nothing(env: Env, case: C
     assert state(env.stack) == before
 
 
+# The local gateway's 413 is in the OpenAI envelope, pointing to /v1/uploads (API Gateway itself
+# answers {"message": "Request Entity Too Large"}).
+TOO_LARGE = {
+    "error": {
+        "message": "Request Entity Too Large: a request carries at most 10 MB (6 MB once in the function's "
+        "event); send large files through /v1/uploads (create an Upload, PUT the bytes to its upload_url, "
+        "then complete it).",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "request_too_large",
+    }
+}
 GATEWAY_CASES = [
     # What API Gateway refuses before any function runs (the local stack's gateway does the same).
-    (
-        "body over the 10 MB quota",
-        b"x" * (10 * 1024 * 1024 + 1),
-        413,
-        {"message": "Request Entity Too Large"},
-    ),
-    ("event over Lambda's 6 MB", b"x" * (7 * 1024 * 1024), 413, {"message": "Request Entity Too Large"}),
+    ("body over the 10 MB quota", b"x" * (10 * 1024 * 1024 + 1), 413, TOO_LARGE),
+    ("event over Lambda's 6 MB", b"x" * (7 * 1024 * 1024), 413, TOO_LARGE),
 ]
 
 
 @pytest.mark.parametrize("name, body, status, answer", GATEWAY_CASES, ids=[c[0] for c in GATEWAY_CASES])
 def test_oversized_bodies_are_refused_by_the_gateway(
-    env: Env, name: str, body: bytes, status: int, answer: dict[str, str]
+    env: Env, name: str, body: bytes, status: int, answer: dict[str, Any]
 ) -> None:
     before = state(env.stack)
 

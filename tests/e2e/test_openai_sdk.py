@@ -152,3 +152,63 @@ def test_files_list_pages_and_delete(client: OpenAI) -> None:
         client.files.retrieve(ids[0])
     with pytest.raises(openai.AuthenticationError):
         OpenAI(base_url=str(client.base_url), api_key="sk-wrong", max_retries=0).files.list()
+
+
+def test_output_expires_after_sets_the_result_files_expiry_and_the_sweeper_may_delete_them(
+    client: OpenAI, stack: LocalStack
+) -> None:
+    # Given a batch created with the SDK's output_expires_after, unchanged
+    uploaded = client.files.create(
+        file=("in.jsonl", jsonl(chat_line("e-1", "Say hi.", max_tokens=2))), purpose="batch"
+    )
+    created = client.batches.create(
+        input_file_id=uploaded.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        output_expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+
+    # When it completes
+    batch, _ = wait(client, created.id)
+
+    # Then its output file expires an hour after the batch was created
+    assert batch.status == "completed"
+    output = client.files.retrieve(batch.output_file_id)
+    assert output.expires_at == created.created_at + 3600
+    assert client.files.retrieve(uploaded.id).expires_at is None  # the input is the user's: kept
+    # And the sweeper's own role may delete it (what pipeline.retention does once it is due)
+    bucket = stack.buckets["DataBucket"]
+    key = f"batches/{batch.id}/output.jsonl"
+    stack.function_client("SweeperFunction", "s3").delete_object(Bucket=bucket, Key=key)
+    assert stack.s3.list_objects_v2(Bucket=bucket, Prefix=key)["KeyCount"] == 0
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (
+            {"anchor": "created_at", "seconds": 60},
+            "output_expires_after.seconds: Input should be greater than or equal to 3600",
+        ),
+        (
+            {"anchor": "completed_at", "seconds": 3600},
+            "output_expires_after.anchor: Input should be 'created_at'",
+        ),
+    ],
+)
+def test_output_expires_after_outside_openais_rules_is_a_400(
+    client: OpenAI, value: dict, message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.batches.create(
+            input_file_id="file-000000000000000000000000",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            output_expires_after=value,  # type: ignore[arg-type]
+        )
+    assert raised.value.body == {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": message.split(":")[0],
+        "code": "invalid_request",
+    }

@@ -70,7 +70,7 @@ def test_no_5xx_and_every_response_matches_the_document(
             run()
         except Exception as error:
             failures[operation.label] = str(error)[:2000]
-    assert len(operations) == 12
+    assert len(operations) == 14
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())
 
 
@@ -96,6 +96,8 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
         ("/v1/files/{file_id}", "delete"),
         ("/v1/files/{file_id}", "get"),
         ("/v1/files/{file_id}/content", "get"),
+        ("/v1/models", "get"),
+        ("/v1/models/{model}", "get"),
         ("/v1/uploads", "post"),
         ("/v1/uploads/{upload_id}/cancel", "post"),
         ("/v1/uploads/{upload_id}/complete", "post"),

@@ -59,6 +59,7 @@ def test_sweeper_event_with_nothing_open(moto_aws: Aws) -> None:
         "shards": 0,
         "failed_shards": 0,
         "finalize": 0,
+        "files_expired": 0,
     }
 
 

@@ -227,6 +227,7 @@ def test_a_batch_without_failures_has_no_error_file(
         "filename": f"{batch_id}_output.jsonl",
         "purpose": "batch_output",
         "status": "processed",
+        "expires_at": None,  # no output_expires_after (an inbox batch never has one)
         "account_id": "default",
         "bucket": moto_aws.bucket,
         "key": "outbox/q1/output.jsonl",

@@ -194,7 +194,9 @@ def test_model_messages_name_the_models() -> None:
         "a batch file must use one model."
     )
     validator, _ = _validate("08-models/unknown-model.jsonl")
-    assert validator.errors[0].message == "Line 1: model 'does-not-exist' is not served by this deployment."
+    assert validator.errors[0].message == (
+        "Line 1: model 'does-not-exist' is not served by this deployment; GET /v1/models lists the models."
+    )
 
 
 def test_encoding_messages() -> None:

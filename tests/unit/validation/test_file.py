@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from batchinfer.validation.endpoints import ENDPOINTS, Endpoint
-from batchinfer.validation.file import FileValidator, LineError, RequestLine
+from batchinfer.validation.file import FileValidator, LineError, RequestLine, jsonl_format_problem
 from batchinfer.validation.jsonl import PhysicalLine
 
 MODEL = "smollm2-135m-instruct"
@@ -618,7 +618,10 @@ def test_unknown_model_is_model_not_found_and_asked_once() -> None:
     assert asked == ["does-not-exist"]
     assert validator.errors[0] == LineError(
         code="model_not_found",
-        message="Line 1: model 'does-not-exist' is not served by this deployment.",
+        message=(
+            "Line 1: model 'does-not-exist' is not served by this deployment; "
+            "GET /v1/models lists the models."
+        ),
         param="body.model",
         line=1,
     )
@@ -799,3 +802,71 @@ def test_feed_and_finish_by_hand() -> None:
     assert request == RequestLine(line=7, custom_id="x", method="POST", url=CHAT, body=_body(), model=MODEL)
     assert validator.ok
     assert validator.request_count == 1
+
+
+def test_a_pretty_printed_json_array_file_is_one_error_with_the_json_lines_hint() -> None:
+    # Given 3 requests written as an indented JSON array (42 lines would each be "not valid JSON")
+    array = json.dumps([_request(f"r-{i}") for i in range(3)], indent=2).encode()
+    validator = FileValidator(CHAT, lambda model: True)
+
+    # When it is validated
+    assert list(validator.validate_stream([array])) == []
+    validator.finish(len(array))
+
+    # Then one error says what the file must be
+    assert validator.errors == [
+        LineError(
+            code="invalid_json_line",
+            message="Line 1 starts a JSON array: this must be JSON Lines (one request object per line), "
+            "not a JSON array. Write each request object on a line of its own, without [ ] or commas.",
+            line=1,
+        )
+    ]
+    assert validator.error_count == 1
+
+
+def test_a_one_line_json_array_of_objects_gets_the_hint_too() -> None:
+    line = json.dumps([_request("r-1"), _request("r-2")])
+    assert _only_error(line).message.startswith("Line 1 starts a JSON array: this must be JSON Lines")
+
+
+def test_an_unknown_model_names_the_closest_served_model() -> None:
+    validator = FileValidator(
+        CHAT, lambda model: False, model_names=["smollm2-135m-instruct", "qwen2.5-7b-instruct"]
+    )
+    data = _encode(_request("r-1", b_model="smollm2-135m")) + b"\n"
+    assert list(validator.validate_stream([data])) == []
+    assert validator.errors[0].message == (
+        "Line 1: model 'smollm2-135m' is not served by this deployment; did you mean "
+        "'smollm2-135m-instruct'? GET /v1/models lists the models."
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", None),
+        (b"\n\n", None),
+        (b'{"custom_id": "a"}\n', None),
+        (b'{\n{"custom_id": "a"}\n', None),  # a bad line among objects: prepare reports it, with its number
+        (
+            b"\xef\xbb\xbf[\n",
+            "it is a JSON array; this must be JSON Lines (one request object per line), without [ ] or "
+            "commas.",
+        ),
+        (
+            b"[1, 2]\n",
+            "none of its first 1 line(s) is a JSON object (line 1 is not a JSON object); "
+            "this must be JSON Lines (one request object per line).",
+        ),
+        (
+            b"{\n" * 7,
+            "none of its first 5 line(s) is a JSON object (line 1 is not valid JSON); "
+            "this must be JSON Lines (one request object per line).",
+        ),
+    ],
+)
+def test_jsonl_format_problem_refuses_only_files_that_are_not_json_lines(
+    content: bytes, problem: str | None
+) -> None:
+    assert jsonl_format_problem(content) == problem

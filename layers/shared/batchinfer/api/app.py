@@ -19,15 +19,24 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import auth, batches, files, uploads
+from batchinfer.api import auth, batches, files, models, uploads
 from batchinfer.api.errors import ApiError
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
-from batchinfer.wire.messages import loc_path
-from batchinfer.wire.openai import ErrorBody, ErrorEnvelope
+from batchinfer.wire.messages import describe, loc_path
+from batchinfer.wire.openai import PATTERN_RULES, ErrorBody, ErrorEnvelope
 from batchinfer.wire.strict_json import JsonErrorKind
 
 TITLE, VERSION = "batchinfer", "0.1.0"
+# /v2 is another function's resolver (TokenInferFunction, `batchinfer.infer.app`) on the same HTTP API:
+# this document says where it is rather than describing KServe's contract a second time.
+DESCRIPTION = (
+    "The OpenAI-compatible Batch API (/v1). The same HTTP API also serves token inference in the "
+    "KServe v2 / MindIE shape, not described here: POST /v2/models/{model}/infer, GET /v2, "
+    "/v2/health/live, /v2/health/ready, /v2/models/{model} and /v2/models/{model}/ready "
+    "(https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/); errors there are "
+    '{"error": "..."}.'
+)
 _BEARER = HTTPBearer(description="an API key: `batchinfer keys create`")
 _SECURITY = {"security_schemes": {"bearerAuth": _BEARER}, "security": [{"bearerAuth": []}]}
 
@@ -60,13 +69,23 @@ app.use(middlewares=[auth.auth_middleware])
 app.include_router(files.router)
 app.include_router(uploads.router)
 app.include_router(batches.router)
-app.enable_swagger(path="/v1/swagger", title=TITLE, version=VERSION, servers=[Server(url="/")], **_SECURITY)
+app.include_router(models.router)
+app.enable_swagger(
+    path="/v1/swagger",
+    title=TITLE,
+    version=VERSION,
+    description=DESCRIPTION,
+    servers=[Server(url="/")],
+    **_SECURITY,
+)
 
 
 @app.get("/v1/openapi.json", include_in_schema=False)
 def openapi_document():
     """The OpenAPI 3.1 document of this API (the same one the Swagger UI shows)."""
-    body = app.get_openapi_json_schema(title=TITLE, version=VERSION, servers=[Server(url="/")], **_SECURITY)
+    body = app.get_openapi_json_schema(
+        title=TITLE, version=VERSION, description=DESCRIPTION, servers=[Server(url="/")], **_SECURITY
+    )
     return Response(status_code=200, content_type="application/json", body=body)
 
 
@@ -119,6 +138,8 @@ def _invalid_request(error: RequestValidationError) -> Response:
     location = [p for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
     param = loc_path(location) or None
     message = first.get("msg", "invalid request")
+    if first.get("type") == "string_pattern_mismatch" and first["ctx"]["pattern"] in PATTERN_RULES:
+        message = f"{describe(first.get('input'))} {PATTERN_RULES[first['ctx']['pattern']]}"
     if param:
         message = f"{param}: {message}"
     return _envelope(400, ErrorBody(message=message, param=param, code="invalid_request"))

@@ -49,6 +49,13 @@ def authenticate(headers: dict[str, str]) -> ApiKey:
     """The live API key of a request's headers; raises `Unauthorized`."""
     token = bearer_token(headers)
     if token is None:
+        value = next((v for k, v in headers.items() if k.lower() == "authorization"), "").strip()
+        if value and value.partition(" ")[0].lower() != "bearer":
+            raise Unauthorized(
+                "The Authorization header has no 'Bearer' scheme: send the key as "
+                "'Authorization: Bearer YOUR_KEY'.",
+                code="missing_api_key",
+            )
         raise Unauthorized(
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
             code="missing_api_key",

@@ -89,6 +89,13 @@ def create_batch(request: CreateBatchRequest) -> Batch:
     account_id = current_account()
     account = accounts.get_account(account_id)
     plan = tokenhub.plan(request, account, account_id)
+    if request.output_expires_after is not None and plan.output_target not in (None, "file"):
+        raise ApiError(
+            "output_expires_after applies to result files the service stores; results written to your "
+            f"own storage (output_target {plan.output_target!r}) follow that bucket's lifecycle rules.",
+            code="invalid_request",
+            param="output_expires_after",
+        )
     settings, batch_id = get_settings(), _batch_id(account_id)
     try:
         item = intake.create_batch(
@@ -111,6 +118,9 @@ def create_batch(request: CreateBatchRequest) -> Batch:
             output_user_cos_path=request.output_user_cos_path,
             max_active=account.max_active_batches or settings.max_active_batches,
             max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute,
+            output_expires_after=request.output_expires_after.seconds
+            if request.output_expires_after
+            else None,
         )
     except accounts.LimitExceeded as error:
         if error.kind == "rate":

@@ -20,6 +20,7 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3
 from batchinfer.data.items import FileRecord
 from batchinfer.data.table import now
+from batchinfer.validation.file import jsonl_format_problem
 from batchinfer.wire.openai import MAX_ID_LENGTH, FileDeleted, FileList, FileObject, check_filename
 
 router = Router()
@@ -67,6 +68,12 @@ def upload_file(
         filename = check_filename((file.filename or "upload.jsonl")[:255])
     except ValueError as error:
         raise ApiError(f"file: {error}", code="invalid_filename", param="file") from None
+    if problem := jsonl_format_problem(file.content):
+        raise ApiError(
+            f"Invalid file format for Batch API. Must be .jsonl: {problem}",
+            code="invalid_file_format",
+            param="file",
+        )
     item = new_file_record(
         file_id=ids.new_file_id(),
         size=len(file.content),

@@ -33,6 +33,27 @@ def delete(file_id: str) -> None:
     handle().delete_item(Key=keys.file(file_id))
 
 
+def schedule_expiry(record: FileRecord) -> None:
+    """Mark `record` (with its `expires_at`) for the sweeper's `due_expiries`; idempotent."""
+    assert record.expires_at is not None
+    handle().put_item(Item={**keys.file_expiry(record.expires_at, record.id), "file_id": record.id})
+
+
+def due_expiries(at: int, limit: int = 100) -> list[tuple[int, str]]:
+    """Up to `limit` (expires_at, file id) of the files due at `at` (Unix seconds), earliest first."""
+    response = handle().query(
+        KeyConditionExpression="PK = :pk AND SK < :end",
+        ExpressionAttributeValues={":pk": keys.EXPIRIES, ":end": f"{at + 1:010d}#"},
+        Limit=limit,
+    )
+    return [(int(item["SK"].split("#", 1)[0]), item["file_id"]) for item in response["Items"]]
+
+
+def drop_expiry(expires_at: int, file_id: str) -> None:
+    """Remove a file's expiry marker (done with it); removing a missing one is not an error."""
+    handle().delete_item(Key=keys.file_expiry(expires_at, file_id))
+
+
 def page(
     account_id: str,
     *,

@@ -110,6 +110,9 @@ class BatchHeader(Item):
         default_factory=dict,
         description="uncommitted progress by shard number (stored as a map, {} at first)",
     )
+    output_expires_at: int | None = Field(
+        None, description="when the result files expire (created_at + output_expires_after.seconds)"
+    )
 
     def shown_counts(self) -> tuple[RequestCounts, TokenTotals]:
         """The counts GET shows: committed ones, plus while the batch is open the shard workers'
@@ -199,6 +202,7 @@ class FileRecord(Item):
     filename: str
     purpose: str
     status: str = "processed"
+    expires_at: int | None = Field(None, description="Unix seconds: past it the sweeper deletes the file")
     account_id: str
     bucket: str
     key: str

@@ -11,6 +11,7 @@ an account's batches, files and API keys in creation order.
 | shard            | `BATCH#<batch_id>`  | `SHARD#<00000>` |                     |                       |
 | file             | `FILE#<file_id>`    | `META`          | `FILES#<account>`   | `<created>#<ns>#<id>` |
 | upload           | `UPLOAD#<id>`       | `META`          |                     |                       |
+| file expiry      | `EXPIRIES`          | `<at>#<file_id>`|                     |                       |
 | API key          | `KEY#<sha256 hex>`  | `META`          | `KEYS#<account>`    | `<created>#<key_id>`  |
 | key id -> key    | `KEYID#<key_id>`    | `META`          |                     |                       |
 | account          | `ACCOUNT#<account>` | `META`          |                     |                       |
@@ -19,6 +20,10 @@ an account's batches, files and API keys in creation order.
 
 Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, upload `UploadRecord`,
 API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`.
+
+A file expiry marks a result file whose batch set `output_expires_after`: `<at>` (10 digits) is
+when it expires, so the sweeper reads the due ones in one query of one partition (a marker is
+written once per result file, far below a partition's write limit).
 
 `<created>` is the creation time in Unix seconds (10 digits), `<ns>` the write time in nanoseconds
 (19 digits: items created in the same second sort in the order they were written), `<minute>` the
@@ -66,6 +71,14 @@ def file(file_id: str) -> Key:
 def upload(upload_id: str) -> Key:
     """The key of an upload record."""
     return {"PK": f"UPLOAD#{upload_id}", "SK": META}
+
+
+EXPIRIES = "EXPIRIES"
+
+
+def file_expiry(at: int, file_id: str) -> Key:
+    """The key of the marker of a file that expires at `at` (Unix seconds)."""
+    return {"PK": EXPIRIES, "SK": f"{at:010d}#{file_id}"}
 
 
 def api_key(key_hash: str) -> Key:

@@ -127,20 +127,22 @@ def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tupl
     if not counter.lines:
         return None, 0
     file_id = ids.result_file_id(header.id, kind)
-    files.put(
-        FileRecord(
-            id=file_id,
-            bytes=size,
-            created_at=now(),
-            filename=f"{header.id}_{kind}.jsonl",
-            purpose="batch_output",
-            status="processed",
-            account_id=header.account_id,
-            bucket=bucket,
-            key=key,
-            where=where,
-        )
+    record = FileRecord(
+        id=file_id,
+        bytes=size,
+        created_at=now(),
+        filename=f"{header.id}_{kind}.jsonl",
+        purpose="batch_output",
+        status="processed",
+        expires_at=header.output_expires_at,
+        account_id=header.account_id,
+        bucket=bucket,
+        key=key,
+        where=where,
     )
+    if record.expires_at is not None:
+        files.schedule_expiry(record)  # before the record: a file that can expire is never left unscheduled
+    files.put(record)
     return file_id, counter.lines
 
 

@@ -31,6 +31,7 @@ def create_batch(
     output_user_cos_path: str | None = None,
     max_active: int | None = None,
     max_per_minute: int | None = None,
+    output_expires_after: int | None = None,
     at: int | None = None,
 ) -> BatchHeader:
     """Store a batch in `validating`, count it against its account and hand it to prepare.
@@ -40,6 +41,7 @@ def create_batch(
     (`batchinfer.data.locations`). `input_source` ... `output_user_cos_path` are the TokenHub fields
     of the request (None: not given, as for inbox uploads).
     `max_active` / `max_per_minute` are the account's limits (None: counted, never refused).
+    `output_expires_after`: seconds after creation at which the result files expire (None: never).
     `at` is the creation time (Unix seconds, default now).
     Returns the stored header (the existing one when `batch_id` was created before).
     Raises ValueError for a bad `completion_window`, `accounts.LimitExceeded` over a limit.
@@ -67,6 +69,7 @@ def create_batch(
         output_bucket=output_bucket or settings.bucket_name,
         output_prefix=output_prefix or f"batches/{batch_id}/",
         output_where=output_where,
+        output_expires_at=None if output_expires_after is None else created_at + output_expires_after,
     )
     created = batches.create_limited(
         header, max_active=max_active, max_per_minute=max_per_minute, at=created_at

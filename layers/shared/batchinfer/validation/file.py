@@ -35,11 +35,11 @@ from batchinfer.validation.jsonl import PhysicalLine, iter_physical_lines
 from batchinfer.validation.seen_ids import SeenIds
 from batchinfer.wire import strict_json
 from batchinfer.wire.chat import NonEmptyStr, plain_chat_body
-from batchinfer.wire.messages import json_type, quote
+from batchinfer.wire.messages import json_type, quote, unknown_model
 from batchinfer.wire.openai import CHAT_ENDPOINT
 from batchinfer.wire.strict_json import MAX_JSON_DEPTH, JsonError, JsonErrorKind, nested_deeper_than
 
-__all__ = ["ErrorCode", "FileValidator", "LineError", "RequestLine"]
+__all__ = ["ErrorCode", "FileValidator", "LineError", "RequestLine", "jsonl_format_problem"]
 
 
 class RequestLine(NamedTuple):
@@ -151,6 +151,55 @@ def _foreign_encoding(data: bytes) -> str | None:
     return None
 
 
+def _starts_array_of_objects(data: bytes) -> bool:
+    """Whether a first line opens a JSON array of objects: `[` alone (an indented array) or `[{...`."""
+    head = data.strip(b" \t\r").removeprefix(b"\xef\xbb\xbf").lstrip(b" \t")
+    return head == b"[" or (head[:1] == b"[" and head[1:].lstrip(b" \t")[:1] == b"{")
+
+
+# How many non-blank lines `jsonl_format_problem` looks at.
+FORMAT_CHECK_LINES = 5
+
+
+def jsonl_format_problem(content: bytes, lines: int = FORMAT_CHECK_LINES) -> str | None:
+    """Why `content` (a whole uploaded file, or its start) is not JSON Lines at all, or None.
+
+    A quick check at upload (OpenAI answers "Invalid file format for Batch API. Must be .jsonl"):
+    the file is UTF-16/32, its first non-blank line opens a JSON array of objects, or none of its
+    first `lines` non-blank lines is a JSON object. A JSON Lines file with some bad lines passes:
+    prepare reports each of those with its line number.
+    """
+    seen = 0
+    first_reason = ""
+    for number, raw in enumerate(content.split(b"\n", lines * 4), start=1):
+        data = raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw
+        if not data.strip(b" \t\r"):
+            continue
+        if seen == 0:
+            if reason := _foreign_encoding(data):
+                return f"the file is not UTF-8: {reason}. Save it as UTF-8 JSON Lines."
+            if _starts_array_of_objects(data):
+                return (
+                    "it is a JSON array; this must be JSON Lines (one request object per line), "
+                    "without [ ] or commas."
+                )
+        seen += 1
+        try:
+            if type(orjson.loads(data)) is dict:
+                return None
+            first_reason = first_reason or f"line {number} is not a JSON object"
+        except orjson.JSONDecodeError:
+            first_reason = first_reason or f"line {number} is not valid JSON"
+        if seen == lines:
+            break
+    if seen == 0:
+        return None  # empty: prepare says so (`empty_file`)
+    return (
+        f"none of its first {seen} line(s) is a JSON object ({first_reason}); this must be JSON Lines "
+        "(one request object per line)."
+    )
+
+
 class FileValidator:
     """Validates the lines of one batch input file as they stream by; memory stays bounded.
 
@@ -161,12 +210,14 @@ class FileValidator:
     (from the first line that passed its envelope and url checks).
 
     Rules (OpenAI Batch API, see the module docstring): one model per file (`model_mismatch`, named
-    against the first model), known models only (`model_not_found`), unique `custom_id`s compared
+    against the first model), known models only (`model_not_found`, naming the closest of
+    `model_names`), unique `custom_id`s compared
     exactly (case and whitespace matter), every `url` equal to the batch `endpoint` (`url_mismatch`
     for another known endpoint, `invalid_url` for an unknown one). A url without its leading slash
     ("v1/chat/completions") is rejected as `invalid_url` with the fix in the message rather than
     normalised: guessing would accept files that OpenAI rejects. A UTF-16/UTF-32 file fails once
-    with `invalid_encoding` at its first non-blank line and the rest is not examined. Limits:
+    with `invalid_encoding` at its first non-blank line and the rest is not examined; so does a file
+    whose first non-blank line starts a JSON array (`invalid_json_line`, with the JSON Lines hint). Limits:
     `max_requests` non-blank lines (`too_many_tasks`), `max_file_bytes` (`file_too_large`),
     `max_line_bytes` per line (`line_too_large`). Memory does not grow with the file: the seen
     `custom_id`s are a `SeenIds` sized by `max_requests`.
@@ -183,6 +234,7 @@ class FileValidator:
         max_file_bytes: int = 200 * 1024 * 1024,
         max_line_bytes: int = 1024 * 1024,
         max_errors: int = 1000,
+        model_names: Iterable[str] = (),
     ) -> None:
         found = ENDPOINTS.get(endpoint) or (find_endpoint(endpoint) or (None,))[0]
         if found is None:
@@ -190,6 +242,7 @@ class FileValidator:
         self.endpoint = endpoint
         self._endpoint = found
         self.is_known_model = is_known_model
+        self.model_names = list(model_names)
         self.max_requests = max_requests
         self.max_file_bytes = max_file_bytes
         self.max_line_bytes = max_line_bytes
@@ -208,6 +261,7 @@ class FileValidator:
         self._last_line = 0
         self._sniffed = False
         self._not_utf8 = False  # the whole file is UTF-16/32: nothing more to say about its lines
+        self._not_jsonl = False  # the file is a JSON array: one error says so, not one per line
         self._finished = False
 
     @property
@@ -231,7 +285,7 @@ class FileValidator:
         if (request := self._feed_plain(line)) is not None:
             return request
         self._last_line = line.number
-        if self._not_utf8:
+        if self._not_utf8 or self._not_jsonl:
             return None
         n = line.number
         if line.too_long:
@@ -254,6 +308,16 @@ class FileValidator:
                 self._add(
                     ErrorCode.INVALID_ENCODING,
                     f"Line {n}: the file is not UTF-8, {reason}. Save it as UTF-8 JSON Lines.",
+                    line=n,
+                )
+                return None
+            if _starts_array_of_objects(line.data):
+                self._not_jsonl = True
+                self._add(
+                    ErrorCode.INVALID_JSON_LINE,
+                    f"Line {n} starts a JSON array: this must be JSON Lines (one request object per "
+                    "line), not a JSON array. Write each request object on a line of its own, without "
+                    "[ ] or commas.",
                     line=n,
                 )
                 return None
@@ -473,7 +537,7 @@ class FileValidator:
         if not self._model_known:
             self._add(
                 ErrorCode.MODEL_NOT_FOUND,
-                f"Line {n}: model {quote(model)} is not served by this deployment.",
+                f"Line {n}: {unknown_model(model, self.model_names)}",
                 param=param,
                 line=n,
             )

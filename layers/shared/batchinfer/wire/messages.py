@@ -3,16 +3,18 @@
 loc_path(("messages", 0, "content"))   # 'messages[0].content': the `param` style of OpenAI errors
 describe(17), describe("10")           # 'integer 17', 'string "10"': JSON type and text, shortened
 quote("Model A ")                      # "'Model A '": spaces and case show
+unknown_model("smollm", ["smollm2"])   # "model 'smollm' is not served ...; did you mean 'smollm2'? ..."
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["SHOWN_CHARS", "describe", "json_type", "loc_path", "quote", "safe"]
+__all__ = ["SHOWN_CHARS", "closest", "describe", "json_type", "loc_path", "quote", "safe", "unknown_model"]
 
 _JSON_TYPES: dict[type, str] = {
     bool: "boolean",
@@ -69,3 +71,22 @@ def describe(value: Any) -> str:
 def quote(text: str) -> str:
     """A string for a message: quoted so that spaces and case show, shortened, surrogates escaped."""
     return safe(repr(_shorten(text)))
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice `name` most likely meant: one equal but for case, else difflib's closest with a
+    similarity ratio of at least 0.6 (`difflib.get_close_matches`' default); None when none is close."""
+    choices = list(choices)
+    folded = [c for c in choices if c.casefold() == name.casefold()]
+    if folded:
+        return folded[0]
+    found = difflib.get_close_matches(name, choices, n=1)
+    return found[0] if found else None
+
+
+def unknown_model(model: str, served: Iterable[str]) -> str:
+    """The sentence of `model_not_found`: the name, the closest served name if one is close, and
+    where the served names are listed (`GET /v1/models`)."""
+    best = closest(model, served)
+    hint = f"did you mean {quote(best)}? " if best else ""
+    return f"model {quote(model)} is not served by this deployment; {hint}GET /v1/models lists the models."

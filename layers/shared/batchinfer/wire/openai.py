@@ -20,6 +20,15 @@ OutputTarget = Literal["file", "user_s3", "user_cos"]
 ENDPOINT_PATTERN = r"^(/v1/chat/completions|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
 _WINDOW = re.compile(r"^(\d{1,3})h$")
 MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
+WINDOW_PATTERN = r"^[1-9][0-9]{0,2}h$"
+# The sentence that replaces pydantic's "String should match pattern '...'" for each pattern of a
+# request body: a user should not have to read a regex (the OpenAPI document still shows them).
+PATTERN_RULES = {
+    ENDPOINT_PATTERN: 'is not a batch endpoint: use "/v1/chat/completions", or "/v2/models/{model}/infer" '
+    "for KServe v2 token requests",
+    WINDOW_PATTERN: f'is not a completion window: give whole hours from "{MIN_WINDOW_HOURS}h" to '
+    f'"{MAX_WINDOW_HOURS}h", e.g. "24h"',
+}
 # Path ids longer than this can't name anything we store (and DynamoDB keys are capped at 2 KB).
 MAX_ID_LENGTH = 128
 
@@ -179,6 +188,17 @@ class BatchList(BaseModel):
     has_more: bool
 
 
+class OutputExpiresAfter(BaseModel):
+    """OpenAI's `output_expires_after` of a batch create: the output and error files expire `seconds`
+    after the batch's `created_at` (the only anchor), from 1 hour to 30 days
+    (https://platform.openai.com/docs/api-reference/batch/create)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    anchor: Literal["created_at"]
+    seconds: int = Field(ge=3600, le=2592000, description="3600 (1 hour) to 2592000 (30 days)")
+
+
 class CreateBatchRequest(BaseModel):
     """Body of `POST /v1/batches`, in either dialect.
 
@@ -199,10 +219,11 @@ class CreateBatchRequest(BaseModel):
         description="/v1/chat/completions or /v2/models/{model}/infer (KServe v2 token requests); "
         "required unless input_source is user_s3 or user_cos",
     )
-    completion_window: str = Field(
-        "24h", pattern=r"^[1-9][0-9]{0,2}h$", description="whole hours, '1h' to '168h'"
-    )
+    completion_window: str = Field("24h", pattern=WINDOW_PATTERN, description="whole hours, '1h' to '168h'")
     metadata: Metadata = None
+    output_expires_after: OutputExpiresAfter | None = Field(
+        None, description="when the output and error files expire (files the service stores only)"
+    )
     name: str | None = Field(None, max_length=256)
     input_source: InputSource = "file"
     output_target: OutputTarget | None = Field(
@@ -274,6 +295,23 @@ class Upload(BaseModel):
     )
     upload_method: Literal["PUT"] = "PUT"
     upload_headers: dict[str, str] = Field(default_factory=dict, description="headers the PUT must send")
+
+
+class Model(BaseModel):
+    """OpenAI's Model object (https://platform.openai.com/docs/api-reference/models/object):
+    `created` in Unix seconds, `owned_by` here the backend that serves it (llama_cpp, openai, ...)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    """`GET /v1/models`: every model of the registry, in its order."""
+
+    object: Literal["list"] = "list"
+    data: list[Model]
 
 
 class FileDeleted(BaseModel):

@@ -1,0 +1,215 @@
+"""The `batchinfer` CLI against the local stack: its commands, and each failure as one line with an exit code.
+
+Runs `cli.main` in this process (the stack's HTTP API on a free port, the real embedded model) and
+reads what it prints; every failure must be exactly one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchinfer.data import uploads
+from batchinfer_local import LocalStack, cli
+from batchinfer_local import client as client_module
+from support.api_stack import chat_line, jsonl, new_account
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+
+USER_BUCKET = "batchinfer-user-cli"
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with LocalStack(port=0) as running:
+        running.s3.create_bucket(Bucket=USER_BUCKET)
+        running.s3.put_object(Bucket=USER_BUCKET, Key="in/b.jsonl", Body=jsonl(chat_line("t-1", "Say hi.")))
+        yield running
+
+
+@pytest.fixture
+def run(stack: LocalStack, capsys: pytest.CaptureFixture[str]):
+    """`run(*args, key=...)`: (exit code, stdout, stderr) of `batchinfer ARGS --base-url U --api-key K`."""
+
+    def call(*args: str, key: str | None = None) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main([*args, "--base-url", f"{stack.base_url}/v1", "--api-key", key or stack.api_key])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+@pytest.fixture
+def batch_file(tmp_path: Path) -> Path:
+    path = tmp_path / "batch.jsonl"
+    path.write_bytes(jsonl(chat_line("c-1", "Say one."), chat_line("c-2", "Say two.")))
+    return path
+
+
+def test_a_wrong_key_is_the_servers_message_the_status_and_what_to_do(run) -> None:
+    code, out, err = run("list", key="sk-bi-wrong-key-0000")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: Incorrect API key provided: sk-bi-...0000. (HTTP 401, invalid_api_key): "
+        "set BATCHINFER_API_KEY or pass --api-key (`batchinfer local` prints the local stack's key)\n"
+    )
+
+
+def test_an_unknown_batch_is_one_line_and_exit_1(run) -> None:
+    code, out, err = run("status", "batch_nope")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: No batch found with id 'batch_nope'. (HTTP 404, batch_not_found): check the id: "
+        "`batchinfer list` shows your batches\n"
+    )
+
+
+def test_submit_wait_downloads_and_the_batch_shows_in_list_and_files(
+    run, batch_file: Path, tmp_path: Path
+) -> None:
+    # When a file is submitted with --wait and -o, the options after the command
+    code, out, err = run(
+        "submit", str(batch_file), "--wait", "-o", str(tmp_path / "out"), "--metadata", "suite=cli", "--json"
+    )
+
+    # Then the last stdout line is the completed Batch, and both answers are downloaded
+    assert (code, err) == (0, "")
+    batch = json.loads(out.splitlines()[-1])
+    assert (batch["status"], batch["request_counts"]) == (
+        "completed",
+        {"total": 2, "completed": 2, "failed": 0},
+    )
+    assert batch["metadata"] == {"suite": "cli"}
+    lines = [json.loads(line) for line in (tmp_path / "out" / "output.jsonl").read_text().splitlines()]
+    assert [line["custom_id"] for line in lines] == ["c-1", "c-2"]
+    assert not (tmp_path / "out" / "error.jsonl").exists()
+
+    # And `list` and `files list` show them
+    code, out, _ = run("list", "--json")
+    assert code == 0 and json.loads(out)["data"][0]["id"] == batch["id"]
+    code, out, _ = run("files", "list", "--json")
+    assert {batch["input_file_id"], batch["output_file_id"]} <= {f["id"] for f in json.loads(out)["data"]}
+
+    # And `wait ID` of a finished batch returns at once, exit 0
+    code, out, _ = run("wait", batch["id"], "--json")
+    assert (code, json.loads(out)["status"]) == (0, "completed")
+
+    # And `files delete` deletes the input; a second delete is one line, 404
+    code, out, _ = run("files", "delete", batch["input_file_id"], "--json")
+    assert (code, json.loads(out)) == (0, {"id": batch["input_file_id"], "object": "file", "deleted": True})
+    code, out, err = run("files", "delete", batch["input_file_id"])
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: No such File object: {batch['input_file_id']} (HTTP 404, file_not_found): check the id: "
+        "`batchinfer files list` shows your files\n"
+    )
+
+    # And cancelling the finished batch is the server's 409, one line
+    code, out, err = run("cancel", batch["id"])
+    assert (code, out) == (1, "")
+    assert err.startswith("error: ") and "(HTTP 409, " in err and err.count("\n") == 1
+
+
+def test_submit_text_output_ends_with_a_summary_line(run, batch_file: Path) -> None:
+    code, out, err = run("submit", str(batch_file), "--wait", "--completion-window", "2h")
+    assert (code, err) == (0, "")
+    summary = out.splitlines()[-1]
+    assert (
+        summary.startswith("batch batch_")
+        and ": completed, 2/2 completed, 0 failed; output_file_id=file-" in summary
+    )
+
+
+def test_cancel_of_a_fresh_batch_and_of_a_finished_one(run, stack: LocalStack, batch_file: Path) -> None:
+    code, out, _ = run("submit", str(batch_file), "--json")
+    batch = json.loads(out)
+    code, out, err = run("cancel", batch["id"], "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["status"] in ("cancelling", "cancelled")
+    code, out, _ = run("wait", batch["id"], "--json")
+    assert (code, json.loads(out)["status"]) == (1, "cancelled")  # not completed: exit 1
+    code, out, err = run("cancel", batch["id"])  # again: the same batch, as OpenAI answers
+    assert (code, err, out) == (0, "", f"batch {batch['id']}: cancelled\n")
+
+
+def test_a_file_over_the_single_request_limit_goes_through_the_uploads_api(
+    run, stack: LocalStack, batch_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_module, "SINGLE_REQUEST_BYTES", 100)
+    code, out, err = run("submit", str(batch_file), "--json")
+    assert (code, err) == (0, "")
+    batch = json.loads(out)
+    # The file id is the upload's (upload_X made file-X): it came through POST /v1/uploads
+    upload = uploads.get("upload_" + batch["input_file_id"].removeprefix("file-"))
+    assert upload is not None
+    assert (upload.status, upload.bytes) == ("completed", batch_file.stat().st_size)
+
+
+def test_download_of_a_failed_batch_says_so_and_exits_1(run, tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(jsonl(chat_line("x-1", "hi", model="no-such-model")))
+    code, out, err = run("submit", str(path), "--wait", "--json")
+    batch = json.loads(out.splitlines()[-1])
+    assert (code, batch["status"]) == (1, "failed")
+    code, out, err = run("download", batch["id"], "-o", str(tmp_path / "out"))
+    assert code == 1
+    assert err.startswith(
+        f"error: batch {batch['id']} failed: model_not_found: Line 1: model 'no-such-model'"
+    )
+    assert err.endswith(f"(`batchinfer status {batch['id']}` shows all)\n") and err.count("\n") == 1
+
+
+def test_download_of_a_tokenhub_batch_uses_its_presigned_url(run, stack: LocalStack, tmp_path: Path) -> None:
+    key = new_account("cli-th", allowed_buckets=[f"s3://{USER_BUCKET}"])
+    from batchinfer_local.client import BatchClient
+
+    client = BatchClient(f"{stack.base_url}/v1", key)
+    created = client._json(
+        "POST",
+        "/batches",
+        json={
+            "input_source": "user_s3",
+            "input_file_id": f"s3://{USER_BUCKET}/in/b.jsonl",
+            "output_target": "user_s3",
+            "output_user_s3_path": f"s3://{USER_BUCKET}/out/",
+        },
+    )
+    done = client.wait(created["id"], poll_s=0.5, timeout_s=120)
+    assert done["output_file_id"].startswith("s3://")
+    code, out, err = run("download", created["id"], "-o", str(tmp_path / "th"), key=key)
+    assert (code, err) == (0, "")
+    assert out == f"wrote {tmp_path / 'th' / 'output.jsonl'} (1 lines)\n"
+    [line] = (tmp_path / "th" / "output.jsonl").read_text().splitlines()
+    assert json.loads(line)["custom_id"] == "t-1"
+
+
+def test_keys_and_accounts_on_the_local_stack_need_no_aws_credentials(
+    stack: LocalStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    state = tmp_path / "local.json"
+    cli.write_state(stack, state)
+    monkeypatch.setenv(cli.STATE_ENV, str(state))
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+        "AWS_ENDPOINT_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    capsys.readouterr()
+    assert cli.main(["keys", "create", "--account", "cli-local", "--local", "--json"]) == 0
+    created: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert created["account_id"] == "cli-local" and created["key"].startswith("sk-bi-")
+    assert cli.main(["keys", "list", "--account", "cli-local", "--local"]) == 0
+    [listed] = capsys.readouterr().out.splitlines()
+    assert listed.startswith(f"{created['key_id']}  created 20") and " UTC  active  " in listed
+    assert cli.main(["accounts", "show", "cli-local", "--local", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["account_id"] == "cli-local"
