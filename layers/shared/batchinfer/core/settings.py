@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     # minute and batches not yet terminal. Over either, POST /v1/batches answers 429.
     max_creates_per_minute: int = Field(20, ge=1)
     max_active_batches: int = Field(10, ge=1)
+    # `/v2` token requests an account may have in flight at once (an account item may override it);
+    # over it, 429. Below TokenInferConcurrency, so one account cannot hold every /v2 environment.
+    max_infer_in_flight: int = Field(4, ge=1)
     # The account that owns batches started by an inbox upload (no API key is involved).
     inbox_account_id: str = "default"
     # Lifetime of presigned S3 URLs: downloads (large file contents, user-path results) and uploads.
