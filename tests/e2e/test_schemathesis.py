@@ -70,7 +70,7 @@ def test_no_5xx_and_every_response_matches_the_document(
             run()
         except Exception as error:
             failures[operation.label] = str(error)[:2000]
-    assert len(operations) == 12
+    assert len(operations) == 14
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())
 
 
@@ -97,8 +97,10 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
         ("/v1/files/{file_id}", "get"),
         ("/v1/files/{file_id}/content", "get"),
         ("/v1/uploads", "post"),
+        ("/v1/uploads/{upload_id}", "get"),
         ("/v1/uploads/{upload_id}/cancel", "post"),
         ("/v1/uploads/{upload_id}/complete", "post"),
+        ("/v1/uploads/{upload_id}/parts", "post"),
     ]
     create = document["paths"]["/v1/batches"]["post"]
     assert sorted(create["responses"]) == ["200", "400", "401", "403", "404", "422", "429"]
