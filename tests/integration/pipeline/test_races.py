@@ -1,10 +1,14 @@
 """Races between the last shard's commit and a cancel or an expiry (issue 5): whichever wins, every
 line ends in exactly one result file, counts add up and the status is terminal.
+
+The races are DynamoDB's: the model is a scripted upstream (`support.scripted`), answering at once.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +22,7 @@ from batchinfer.pipeline import intake
 from batchinfer.wire.status import BatchStatus
 from support.invariant import assert_batch_invariant
 from support.moto_env import Aws, sqs_event
-
-pytestmark = pytest.mark.model
+from support.scripted import SCRIPTED, scripted_model
 
 TEXT = "".join(
     json.dumps(
@@ -28,7 +31,7 @@ TEXT = "".join(
             "method": "POST",
             "url": "/v1/chat/completions",
             "body": {
-                "model": "smollm2-135m-instruct",
+                "model": SCRIPTED,
                 "max_tokens": 2,
                 "temperature": 0,
                 "messages": [{"role": "user", "content": f"Say {i}."}],
@@ -38,6 +41,12 @@ TEXT = "".join(
     + "\n"
     for i in range(4)
 )
+
+
+@pytest.fixture(autouse=True)
+def _scripted(moto_aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with scripted_model(tmp_path, monkeypatch):
+        yield
 
 
 def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str, Any]]]:

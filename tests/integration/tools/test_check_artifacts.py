@@ -254,6 +254,8 @@ def test_make_lint_runs_the_check() -> None:
         env={**os.environ, "MAKEFLAGS": ""},
     )
     assert make.stdout.splitlines() == [
+        ".venv/bin/ruff check .",
+        ".venv/bin/ruff format --check .",
         ".venv/bin/sam validate --lint --template template.yaml",
         ".venv/bin/python tools/check_artifacts.py",
         ".venv/bin/hadolint functions/Dockerfile",

@@ -1,10 +1,9 @@
 """Powertools observability singletons, created once and imported everywhere.
 
-Service name and metrics namespace come from POWERTOOLS_SERVICE_NAME / POWERTOOLS_METRICS_NAMESPACE.
+The service name comes from POWERTOOLS_SERVICE_NAME (template.yaml Globals), else `batchinfer`.
 """
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Tracer
 
 logger = Logger(service="batchinfer")
 tracer = Tracer(service="batchinfer")
-metrics = Metrics(namespace="batchinfer", service="batchinfer")

@@ -17,8 +17,7 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.table import now
-from batchinfer.pipeline.worker import parse_shard
-from batchinfer.wire.openai import result_line_bytes
+from batchinfer.pipeline.worker import never_ran, parse_shard
 from batchinfer.wire.status import BatchStatus, is_terminal
 
 _NEVER_RAN = {
@@ -59,17 +58,9 @@ def _result_parts(bucket: str, shards: list[Shard], errors: bool) -> Iterator[by
 def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStatus) -> Iterator[bytes]:
     code, message = _NEVER_RAN[final]
     for shard in shards:
-        if shard.next_index >= shard.size:
-            continue
-        for request in parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]:
-            yield result_line_bytes(
-                line_id=ids.request_id(batch_id, request.line),
-                custom_id=request.custom_id,
-                status_code=None,
-                request_id=None,
-                body=None,
-                error={"code": code, "message": message},
-            )
+        if shard.next_index < shard.size:
+            requests = parse_shard(s3.get_bytes(bucket, shard.input_key))[shard.next_index :]
+            yield never_ran(batch_id, requests, code, message)[0]
 
 
 class _LineCounter:
@@ -127,9 +118,13 @@ def finalize_batch(batch_id: str) -> str:
     chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
-        yield from _result_parts(settings.bucket_name, found, errors=True)
-        if final in _NEVER_RAN:
-            yield from _never_ran(batch_id, settings.bucket_name, found, final)
+        if final not in _NEVER_RAN:
+            yield from _result_parts(settings.bucket_name, found, errors=True)
+            return
+        # Input order: each shard's failures, then its requests that never ran, shard by shard.
+        for shard in found:
+            yield from _result_parts(settings.bucket_name, [shard], errors=True)
+            yield from _never_ran(batch_id, settings.bucket_name, [shard], final)
 
     error_id, failed = _write_file(sealed, "error", error_chunks())
     counts = {"total": completed + failed, "completed": completed, "failed": failed}

@@ -299,6 +299,9 @@ def never_ran(
     return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
 
 
+_COUNTS = ("completed", "failed", "input_tokens", "output_tokens")  # a part's counts, in its S3 metadata
+
+
 def _recover(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict[str, int]] | None:
     """Results an earlier attempt wrote for `[start, ...)` but died before committing, if any."""
     settings = get_settings()
@@ -315,9 +318,6 @@ def _recover(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict
         bytes=int(meta["bytes"]),
     )
     return part, counts
-
-
-_COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
 
 
 def _write_part(

@@ -1,0 +1,188 @@
+"""`prepare.prepare_batch` against moto: what it does for each batch state, and how it fails.
+
+The whole-handler flows (sharding in input order, a redelivered message, a bad or missing file) are in
+test_functions.py; these call the module directly. No model runs: prepare only checks model names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batchinfer.core import ids
+from batchinfer.data import batches, s3, shards
+from batchinfer.data.items import ResultPart
+from batchinfer.pipeline import prepare
+from batchinfer.wire.status import BatchStatus
+from support.api_stack import MODEL, chat_line, jsonl
+from support.data import batch_header
+from support.moto_env import Aws
+from support.pipeline import create
+
+FIVE = jsonl(*(chat_line(f"r{i}", f"Say {i}.") for i in range(1, 6)))
+
+
+def shard_states(batch_id: str) -> list[tuple[int, int, int, str]]:
+    return [(s.shard, s.size, s.first_line, s.state) for s in shards.query(batch_id)]
+
+
+def shard_objects(aws: Aws, batch_id: str) -> list[str]:
+    listed = s3.s3_client().list_objects_v2(Bucket=aws.bucket, Prefix=f"batches/{batch_id}/shards/")
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_an_unknown_batch_is_skipped(moto_aws: Aws) -> None:
+    assert prepare.prepare_batch(ids.new_batch_id()) == "skipped"
+    assert moto_aws.messages("ShardsQueue") == []
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        BatchStatus.CANCELLING,
+        BatchStatus.FINALIZING,
+        BatchStatus.FAILED,
+        BatchStatus.COMPLETED,
+        BatchStatus.CANCELLED,
+        BatchStatus.EXPIRED,
+    ],
+)
+def test_a_batch_past_validating_is_skipped_untouched(moto_aws: Aws, status: BatchStatus) -> None:
+    s3.put_bytes(moto_aws.bucket, "files/in", FIVE)
+    header = batch_header(
+        status=status, input_bucket=moto_aws.bucket, input_key="files/in", output_bucket=moto_aws.bucket
+    )
+    assert batches.put(header)
+    assert prepare.prepare_batch(header.id) == "skipped"
+    assert batches.get(header.id) == header
+    assert (shard_states(header.id), shard_objects(moto_aws, header.id)) == ([], [])
+    assert moto_aws.messages("ShardsQueue") == []
+
+
+def test_a_batch_cancelled_while_it_is_sharded_is_not_started(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a cancel that lands once prepare has read the header and written its first shard item
+    batch_id = create(moto_aws, FIVE, monkeypatch)
+    real_put = shards.put
+
+    def put_then_cancel(batch_id: str, shard: shards.Shard) -> bool:
+        written = real_put(batch_id, shard)
+        if shard.shard == 0:
+            assert batches.transition(batch_id, BatchStatus.CANCELLING) is not None
+        return written
+
+    monkeypatch.setattr(prepare.shards, "put", put_then_cancel)
+    # Then the conditional start fails: nothing is sent, and the header keeps what the cancel wrote
+    assert prepare.prepare_batch(batch_id) == "skipped"
+    header = batches.get(batch_id)
+    assert (header.status, header.in_progress_at, header.shards_total, header.model) == (
+        "cancelling",
+        None,
+        0,
+        None,
+    )
+    assert header.request_counts.model_dump() == {"total": 0, "completed": 0, "failed": 0}
+    assert moto_aws.messages("ShardsQueue") == []
+    assert len(shard_states(batch_id)) == 3  # written before the start failed; the aggregator ignores them
+
+
+def test_a_repeated_prepare_of_a_running_batch_resends_only_pending_shards(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = create(moto_aws, FIVE, monkeypatch)
+    assert prepare.prepare_batch(batch_id) == "in_progress"
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(3)]
+    # Given shard 1 done by a worker
+    part = ResultPart(key=s3.result_key(batch_id, 1, 0), start=0, end=2, output_bytes=0, bytes=0)
+    assert shards.commit(batch_id, 1, part, size=2, completed=2, failed=0, input_tokens=0, output_tokens=0)
+    before = batches.get(batch_id)
+    # When the prepare message comes again
+    assert prepare.prepare_batch(batch_id) == "resent"
+    assert moto_aws.messages("ShardsQueue") == [
+        {"batch_id": batch_id, "shard": 0},
+        {"batch_id": batch_id, "shard": 2},
+    ]
+    assert shard_states(batch_id) == [(0, 2, 1, "pending"), (1, 2, 3, "done"), (2, 1, 5, "pending")]
+    assert batches.get(batch_id) == before
+
+
+def test_a_prepare_that_died_before_starting_the_batch_is_redone_whole(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a first attempt that wrote every shard and died before its status write
+    batch_id = create(moto_aws, FIVE, monkeypatch)
+
+    def die(*args: object, **kwargs: object) -> None:
+        raise TimeoutError("the Lambda timed out")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(prepare.batches, "transition", die)
+        with pytest.raises(TimeoutError):
+            prepare.prepare_batch(batch_id)
+    first = [s3.get_bytes(moto_aws.bucket, key) for key in shard_objects(moto_aws, batch_id)]
+    # When it is redelivered: the same shards, the batch started, every shard sent
+    assert prepare.prepare_batch(batch_id) == "in_progress"
+    assert [s3.get_bytes(moto_aws.bucket, key) for key in shard_objects(moto_aws, batch_id)] == first
+    assert shard_states(batch_id) == [(0, 2, 1, "pending"), (1, 2, 3, "pending"), (2, 1, 5, "pending")]
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(3)]
+    header = batches.get(batch_id)
+    assert (header.status, header.shards_total, header.request_counts.total) == ("in_progress", 3, 5)
+
+
+def test_a_file_failing_after_full_shards_records_none(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two shards' worth of good lines, then a line that is not JSON
+    batch_id = create(moto_aws, FIVE[:-1] + b"\n{oops\n", monkeypatch, shard_size=1)
+    assert prepare.prepare_batch(batch_id) == "failed"
+    header = batches.get(batch_id)
+    assert (header.status, header.shards_total, header.in_progress_at) == ("failed", 0, None)
+    assert [(e.code, e.line) for e in header.errors.data] == [("invalid_json_line", 6)]
+    assert shard_states(batch_id) == []
+    assert moto_aws.messages("ShardsQueue") == []
+
+
+def test_max_line_errors_caps_the_errors_kept(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAX_LINE_ERRORS", "2")
+    batch_id = create(moto_aws, b"[1]\n{x\n" + FIVE + b"null\n", monkeypatch)
+    assert prepare.prepare_batch(batch_id) == "failed"
+    assert [(e.code, e.line) for e in batches.get(batch_id).errors.data] == [
+        ("invalid_json_line", 1),
+        ("invalid_json_line", 2),
+    ]
+
+
+def test_models_are_those_of_the_configured_registry(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Given a registry that serves `other-model` only (its server is never called by prepare)
+    registry = tmp_path / "models.yaml"
+    registry.write_text(
+        "models:\n  other-model:\n    backend: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n"
+    )
+    monkeypatch.setenv("MODEL_REGISTRY", str(registry))
+    known = create(moto_aws, jsonl(chat_line("a", "Hi", model="other-model")), monkeypatch)
+    unknown = create(moto_aws, jsonl(chat_line("a", "Hi", model=MODEL)), monkeypatch)
+    assert (prepare.prepare_batch(known), prepare.prepare_batch(unknown)) == ("in_progress", "failed")
+    assert batches.get(known).model == "other-model"
+    assert [(e.code, e.line, e.param) for e in batches.get(unknown).errors.data] == [
+        ("model_not_found", 1, "body.model")
+    ]
+
+
+def test_an_input_that_cannot_be_read_fails_with_its_error_code(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an input in a bucket that does not exist (a user path gone since the batch was created)
+    batch_id = create(moto_aws, FIVE, monkeypatch, input_bucket="no-such-bucket")
+    assert prepare.prepare_batch(batch_id) == "failed"
+    assert [e.model_dump() for e in batches.get(batch_id).errors.data] == [
+        {
+            "code": "input_file_unavailable",
+            "line": None,
+            "param": "input_file_id",
+            "message": "the input file could not be read (NoSuchBucket)",
+        }
+    ]

@@ -1,0 +1,161 @@
+"""`sweep.sweep` against moto: expiry, and each lost message sent again once a batch is quiet.
+
+"Later" is the sweeper's clock moved forward (`sweep.now`); everything else runs at the real time.
+Shards that must finish run on the real worker with a scripted model (`support.scripted`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from batchinfer.core.settings import get_settings
+from batchinfer.data import batches, shards
+from batchinfer.data.items import BatchChanges, ResultPart
+from batchinfer.data.table import now
+from batchinfer.pipeline import aggregate, prepare, sweep
+from batchinfer.wire.status import BatchStatus
+from support.api_stack import chat_line, jsonl
+from support.moto_env import Aws
+from support.pipeline import create, prepared, result_lines, run_shard
+from support.scripted import SCRIPTED, scripted_model
+
+NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
+QUEUES = ("PrepareQueue", "ShardsQueue", "FinalizeQueue")
+
+
+@pytest.fixture(autouse=True)
+def _scripted(moto_aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with scripted_model(tmp_path, monkeypatch):
+        yield
+
+
+def lines(n: int) -> bytes:
+    return jsonl(*(chat_line(f"r{i}", f"Say {i}.", model=SCRIPTED) for i in range(1, n + 1)))
+
+
+def stuck() -> int:
+    return get_settings().stuck_after_seconds
+
+
+def sweep_later(seconds: int) -> dict[str, int]:
+    """One sweep with the sweeper's clock `seconds` ahead (a minute short of quiet stays short of it
+    however slowly the test runs; real time only adds to a wait that was long enough)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep, "now", lambda: now() + seconds)
+        return sweep.sweep()
+
+
+def test_a_running_batch_past_its_window_is_sealed_for_expiry(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = prepared(moto_aws, lines(3), monkeypatch)
+    batches.update(batch_id, BatchChanges(expires_at=now() - 1))
+    assert sweep.sweep() == {**NO_ACTIONS, "expired": 1}
+    header = batches.get(batch_id)
+    assert (header.status, header.sealed, header.final_status) == ("finalizing", True, "expired")
+    assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
+    # A shard that commits now is refused: the counts are fixed for the aggregator
+    part = ResultPart(key="k", start=0, end=2, output_bytes=0, bytes=0)
+    assert not shards.commit(
+        batch_id, 0, part, size=2, completed=2, failed=0, input_tokens=0, output_tokens=0
+    )
+    # The next pass leaves it to the aggregator; once quiet (its message lost), it sends it again
+    assert sweep.sweep() == NO_ACTIONS
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "finalize": 1}
+    assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
+    assert batches.get(batch_id) == header
+
+
+@pytest.mark.parametrize("state", ["all_shards_done", "cancelling"])
+def test_a_lost_finalize_is_sent_again_once_quiet(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    batch_id = prepared(moto_aws, lines(3), monkeypatch)
+    if state == "all_shards_done":
+        assert [run_shard(batch_id, n) for n in (0, 1)] == ["done", "done"]
+    else:
+        assert run_shard(batch_id, 0) == "done"
+        assert batches.transition(batch_id, BatchStatus.CANCELLING) is not None
+    moto_aws.messages("FinalizeQueue")  # lost
+    before = batches.get(batch_id)
+    assert sweep_later(stuck() - 60) == NO_ACTIONS
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "finalize": 1}
+    assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
+    assert batches.get(batch_id) == before
+
+
+def test_a_quiet_validating_batch_gets_its_prepare_again(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = create(moto_aws, lines(3), monkeypatch)  # its prepare message lost
+    assert sweep_later(stuck() - 60) == NO_ACTIONS
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "prepare": 1}
+    assert moto_aws.messages("PrepareQueue") == [{"batch_id": batch_id}]
+    assert prepare.prepare_batch(batch_id) == "in_progress"
+
+
+def test_a_leased_shard_holds_off_the_redrive_until_its_lease_ends(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given shard 0 leased by a worker for twice the quiet time, and shard 1 whose message was lost
+    batch_id = prepared(moto_aws, lines(3), monkeypatch)
+    assert shards.claim(batch_id, 0, owner="worker", lease_seconds=2 * stuck()) is not None
+    # Then a quiet batch with a live lease is slow, not stuck: nothing is sent, nothing counted
+    assert sweep_later(stuck() + 1) == NO_ACTIONS
+    assert [s.redrives for s in shards.query(batch_id)] == [None, None]
+    # Once the lease has ended, both pending shards are sent again
+    assert sweep_later(2 * stuck() + 1) == {**NO_ACTIONS, "shards": 2}
+    assert moto_aws.messages("ShardsQueue") == [
+        {"batch_id": batch_id, "shard": 0},
+        {"batch_id": batch_id, "shard": 1},
+    ]
+    assert [s.redrives for s in shards.query(batch_id)] == [1, 1]
+
+
+def test_a_shard_redriven_too_often_is_failed_and_the_batch_ends(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MAX_SHARD_ATTEMPTS", "1")
+    batch_id = prepared(moto_aws, lines(2), monkeypatch)
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "shards": 1}
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": 0}]  # ... dies again
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "failed_shards": 1}
+    assert moto_aws.messages("ShardsQueue") == []
+    assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
+    shard = shards.get(batch_id, 0)
+    assert (shard.state, shard.next_index, shard.failed, shard.redrives) == ("done", 2, 2, 2)
+    assert aggregate.finalize_batch(batch_id) == "completed"
+    header = batches.get(batch_id)
+    assert header.request_counts.model_dump() == {"total": 2, "completed": 0, "failed": 2}
+    assert [
+        (line["custom_id"], line["response"], line["error"]) for line in result_lines(header.error_file_id)
+    ] == [
+        (
+            f"r{i}",
+            None,
+            {"code": "processing_failed", "message": "The request was not processed after 1 re-drives."},
+        )
+        for i in (1, 2)
+    ]
+
+
+def test_terminal_batches_are_never_touched(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a completed, a failed and a cancelled batch
+    completed = prepared(moto_aws, lines(1), monkeypatch)
+    assert run_shard(completed, 0) == "done"
+    assert aggregate.finalize_batch(completed) == "completed"
+    failed = create(moto_aws, b"{oops\n", monkeypatch)
+    assert prepare.prepare_batch(failed) == "failed"
+    cancelled = create(moto_aws, lines(1), monkeypatch)
+    assert batches.transition(cancelled, BatchStatus.CANCELLING) is not None
+    assert aggregate.finalize_batch(cancelled) == "cancelled"
+    for queue in QUEUES:
+        moto_aws.messages(queue)
+    ended = [batches.get(batch_id) for batch_id in (completed, failed, cancelled)]
+    # When the sweeper runs long after their windows closed
+    assert sweep_later(3 * 24 * 3600) == NO_ACTIONS
+    assert [batches.get(batch_id) for batch_id in (completed, failed, cancelled)] == ended
+    assert [moto_aws.messages(queue) for queue in QUEUES] == [[], [], []]
