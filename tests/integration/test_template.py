@@ -85,6 +85,7 @@ def test_globals_environment_names_every_setting() -> None:
         "FINALIZE_QUEUE_URL": {"Ref": "FinalizeQueue"},
         "SHARD_SIZE": {"Ref": "ShardSize"},
         "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
+        "EXPECTED_BUCKET_OWNER": {"Ref": "AWS::AccountId"},
         "COS_ENDPOINT_URL": {"Ref": "CosEndpointUrl"},
         "COS_CREDENTIALS_SECRET": {"Ref": "CosCredentialsSecret"},
     }
