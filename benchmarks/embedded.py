@@ -1,16 +1,19 @@
-"""Embedded model: generated tokens/s of a 50-request batch end to end through the local stack
-(upload, create, prepare, shard worker on the embedded llama.cpp model, aggregation, polling) against
-the same 50 prompts run directly through llama.cpp in one loop.
+"""Embedded model: completion tokens/s of a 32-request batch end to end through the local stack
+(upload, create, prepare, shard worker on the embedded model's continuous-batching engine,
+aggregation, polling) against
+- the single-sequence path: the same prompts one after another through llama-cpp-python's
+  high-level `Llama` (what the embedded backend ran before the engine), and
+- the raw batched-decode ceiling (`benchmarks/ceiling.py`: 16 of the prompts prefilled in one
+  `llama_decode`, then decoded together, no scheduler), counting the prefill.
 
-Both sides decode greedily (temperature 0) with the same sampler settings and `max_tokens`, so they
-generate the same tokens; the stack is warmed first with a one-request batch (a warm Lambda, the
-model loaded), the direct loop loads its model before its clock starts. Stack batches and direct
-loops alternate (direct, stack, direct, ..., direct: `rounds` stack batches) and each side's totals
-are compared, which evens out the drift of a noisy machine. The client looks at the batch each time
-the stack's functions have all returned (`wait_for`), not on a timer. The direct loop runs in a
-process of its own: llama.cpp's OpenMP (libgomp) keeps one thread team per OS thread that ever ran
-the model, and while two teams exist in a process both run ~25% slower (the stack runs the model on
-its backend's own thread, as a Lambda does).
+All sides decode greedily (temperature 0) with `max_tokens` 64 and the same context settings; the
+stack is warmed first with a one-request batch (a warm Lambda, the model loaded), the other two load
+their model before their clock starts. They alternate (single, ceiling, stack, single, ceiling,
+stack, ...: `rounds` of each) and each side's totals are compared, which evens out the drift of a
+noisy machine. The client looks at the batch each time the stack's functions have all returned
+(`wait_for`), not on a timer. The single path and the ceiling run in processes of their own: llama.cpp's
+OpenMP (libgomp) keeps one thread team per OS thread that ever ran the model, and while two teams exist
+in a process both run ~25% slower. Each process sizes its threads by the CPUs it may use.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from typing import Any
 from benchmarks.common import REPO, Stopwatch
 
 MODEL = "smollm2-135m-instruct"
-MAX_TOKENS = 48
+MAX_TOKENS = 64
+N_REQUESTS = 32
+CEILING_SEQS = 16
 TOPICS = ["copper", "glass", "rubber", "salt", "bamboo", "wool", "granite", "honey", "cotton", "clay"]
 
 
@@ -52,17 +57,21 @@ def body(prompt: str) -> dict[str, Any]:
 
 
 def direct(texts: list[str]) -> tuple[int, float]:
-    """(completion tokens, seconds) of the prompts through `llama_cpp.Llama` in one loop."""
+    """(completion tokens, seconds) of the prompts through `llama_cpp.Llama` in one loop: the
+    single-sequence path."""
     from llama_cpp import Llama
 
     from batchinfer.backends.config import LlamaCppConfig
-    from batchinfer.backends.llama_cpp import _usable_cpus, find_gguf
+    from batchinfer.backends.llama_cpp import find_gguf
+    from batchinfer.backends.llama_engine import usable_cpus
 
-    defaults = LlamaCppConfig(backend="llama_cpp", n_ctx=2048)
+    defaults = LlamaCppConfig(backend="llama_cpp")
     llm = Llama(
         model_path=str(find_gguf(defaults.package)),
         n_ctx=defaults.n_ctx,
-        n_threads=_usable_cpus(),
+        n_threads=usable_cpus(),
+        n_threads_batch=usable_cpus(),
+        flash_attn=False,  # as the engine (exactness)
         verbose=False,
     )
     tokens = 0
@@ -146,29 +155,39 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
         yield run
 
 
-def _direct_process(n: int) -> tuple[int, float]:
+def _subprocess(*args: str) -> dict[str, Any]:
+    # llama.cpp's threads wait at barriers as the engine's do (backends/llama_engine.py)
+    environ = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.embedded", "--direct", str(n)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-m", *args], cwd=REPO, env=environ, capture_output=True, text=True, check=True
     )
-    tokens, seconds = json.loads(done.stdout.strip().splitlines()[-1])
-    return tokens, seconds
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(n: int = 50, rounds: int = 2) -> dict[str, Any]:
-    """Direct loop, then `rounds` times (stack batch, direct loop): totals of each side."""
+def _direct_process(n: int) -> tuple[int, float]:
+    result = _subprocess("benchmarks.embedded", "--direct", str(n))
+    return result["tokens"], result["seconds"]
+
+
+def _load() -> float:
+    """The run queue's length over the last minute (other work on the machine), from /proc/loadavg."""
+    return os.getloadavg()[0]
+
+
+def measure(n: int = N_REQUESTS, rounds: int = 2) -> dict[str, Any]:
+    """`rounds` times (single path, ceiling, stack batch): totals of each side, in tokens/s."""
     texts = prompts(n)
-    direct_runs = [_direct_process(n)]
-    stack_runs = []
+    direct_runs, ceiling_runs, stack_runs, loads = [], [], [], []
     with stack_session() as run:
         for _ in range(rounds):
-            stack_runs.append(run(texts))
+            loads.append(_load())
             direct_runs.append(_direct_process(n))
+            ceiling_runs.append(_subprocess("benchmarks.ceiling", str(CEILING_SEQS), str(MAX_TOKENS)))
+            stack_runs.append(run(texts))
     stack_tokens, stack_seconds = map(sum, zip(*stack_runs, strict=True))
     direct_tokens, direct_seconds = map(sum, zip(*direct_runs, strict=True))
+    # The ceiling's rate over all rounds: its tokens over its summed time.
+    ceiling_seconds = sum(c["new_tokens"] / c["e2e"] for c in ceiling_runs)
     return {
         "n": n,
         "stack_tokens": stack_runs[0][0],
@@ -176,14 +195,20 @@ def measure(n: int = 50, rounds: int = 2) -> dict[str, Any]:
         "stack": stack_tokens / stack_seconds,
         "direct_tokens": direct_runs[0][0],
         "direct": direct_tokens / direct_seconds,
+        "ceiling": sum(c["new_tokens"] for c in ceiling_runs) / ceiling_seconds,
+        "ceiling_seqs": CEILING_SEQS,
         "stack_runs": [t / s for t, s in stack_runs],
         "direct_runs": [t / s for t, s in direct_runs],
+        "ceiling_runs": [(c["e2e"], c["decode"], c["solo_decode"]) for c in ceiling_runs],
+        "threads": ceiling_runs[0]["threads"],
+        "loads": loads,
     }
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--direct"]:
-        print(json.dumps(direct(prompts(int(sys.argv[2])))))
+        tokens, seconds = direct(prompts(int(sys.argv[2])))
+        print(json.dumps({"tokens": tokens, "seconds": seconds}))
     else:
         os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-        print(measure(int(os.environ.get("N", "50"))))
+        print(measure(int(os.environ.get("N", str(N_REQUESTS))), int(os.environ.get("ROUNDS", "2"))))

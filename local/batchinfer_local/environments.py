@@ -172,7 +172,7 @@ class EnvironmentPool:
         limit: most environments at once (ReservedConcurrentExecutions, or a local default).
         share_cpus: an environment that starts while others of the function are alive is pinned to one
             of the CPUs this process may use (round-robin); one that starts alone gets them all. Code
-            sizing its threads by the CPUs it may use (llama.cpp: `_usable_cpus`) then runs N
+            sizing its threads by the CPUs it may use (llama.cpp: `llama_engine.usable_cpus`) then runs N
             single-threaded copies on N concurrent environments instead of N x CPUs threads on a few
             cores, while a lone environment (`make demo`) still uses every core.
     """

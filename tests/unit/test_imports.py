@@ -116,11 +116,13 @@ def test_imports_point_down_the_layers() -> None:
     assert upward == []
 
 
-# Within backends/: base < config < http < each backend < registry (limiter and chaos stand beside).
+# Within backends/: base < config < http and llama_engine (what a backend runs on) < each backend <
+# registry (limiter and chaos stand beside).
 BACKEND_ORDER = {
     "base": 0,
     "config": 1,
     "http": 2,
+    "llama_engine": 2,
     "llama_cpp": 3,
     "openai_compat": 3,
     "kserve_v2": 3,

@@ -88,7 +88,7 @@ def test_same_seed_same_answer_even_after_other_requests(smollm2: ChatBackend) -
     assert other_seed["choices"][0]["message"]["content"] != first["choices"][0]["message"]["content"]
 
 
-def test_concurrent_requests_are_serialized_and_deterministic(smollm2: ChatBackend) -> None:
+def test_concurrent_requests_with_one_seed_agree(smollm2: ChatBackend) -> None:
     body = {
         "model": SMOLLM2,
         "messages": user("Name a fruit."),

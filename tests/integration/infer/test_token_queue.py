@@ -1,8 +1,9 @@
-"""Priority and timeout of token requests queued for the one embedded model (real SmolLM2 GGUF).
+"""Priority and timeout of token requests queued for the embedded model (real SmolLM2 GGUF).
 
-Requests for a llama.cpp model run one at a time on its thread; waiting ones are taken lowest
-`priority` first (FIFO within a priority), and a request past its `timeout` ends with a 504 whether
-it was waiting (dropped) or running (stopped before its next token), freeing the model.
+The engine decodes up to `n_seq_max` requests together; while all its sequences are busy, waiting
+requests are admitted lowest `priority` first (FIFO within a priority), and a request past its
+`timeout` ends with a 504 whether it was waiting (dropped) or running (its sequence freed before the
+next step). An engine of 2 sequences here, so that 2 slow requests are "under load".
 """
 
 from __future__ import annotations
@@ -14,23 +15,26 @@ from typing import Any
 
 import pytest
 
-from batchinfer.backends import BackendError, load_registry
+from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.backends.llama_cpp import LlamaCppBackend
 from batchinfer.wire.kserve import SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
 
+SMOLLM2 = "smollm2-135m-instruct"
 PROMPT = [5, 6, 7]
 QUICK = SamplingParams(max_new_tokens=1)  # greedy, one token: a few tens of ms
-# Sampling over the whole vocabulary at a high temperature: 50-150 ms a token on 2 cores, and an
-# end-of-generation token is very unlikely, so 400 tokens would take far longer than its `timeout`:
-# it keeps the model busy for exactly that long, then ends with a 504.
+# Sampling over the whole vocabulary at a high temperature: an end-of-generation token is very
+# unlikely, so 400 tokens would take far longer than its `timeout`: it holds a sequence for exactly
+# that long, then ends with a 504.
 SLOW = SamplingParams(do_sample=True, temperature=5.0, top_k=49152, seed=3, max_new_tokens=400, timeout=2)
 
 
 @pytest.fixture(scope="module")
 def smollm2() -> LlamaCppBackend:
-    backend = load_registry().backend("smollm2-135m-instruct")
+    backend = ModelRegistry.from_dict(
+        {"models": {SMOLLM2: {"backend": "llama_cpp", "n_seq_max": 2}}}
+    ).backend(SMOLLM2)
     assert isinstance(backend, LlamaCppBackend)
     asyncio.run(backend.token_limits())  # load the weights once, outside the timed parts
     return backend
@@ -50,14 +54,20 @@ async def _timed(
     done.append((label, result, time.monotonic() - t0))
 
 
+async def _until_running(backend: LlamaCppBackend, running: int) -> None:
+    engine = await backend.engine()
+    while engine.state().running < running:
+        await asyncio.sleep(0.005)
+
+
 def test_waiting_requests_run_lowest_priority_first_fifo_within_a_priority(smollm2: LlamaCppBackend) -> None:
     async def scenario() -> list[tuple[str, Any, float]]:
         done: list[tuple[str, Any, float]] = []
         t0 = time.monotonic()
-        # Given the model busy with a slow request
-        tasks = [asyncio.create_task(_timed(smollm2, "busy", SLOW, done, t0))]
-        await asyncio.sleep(0.3)
-        # When requests of priorities 5, 3, 1, 4, 2, 3 queue behind it
+        # Given both sequences busy with slow requests
+        tasks = [asyncio.create_task(_timed(smollm2, "busy", SLOW, done, t0)) for _ in range(2)]
+        await _until_running(smollm2, 2)
+        # When requests of priorities 5, 3, 1, 4, 2, 3 queue behind them
         for label, priority in [
             ("p5", 5),
             ("p3-first", 3),
@@ -73,9 +83,18 @@ def test_waiting_requests_run_lowest_priority_first_fifo_within_a_priority(smoll
 
     done = asyncio.run(scenario())
 
-    # Then they ran 1 first, 5 last, the two 3s in their arrival order, all after the busy one
-    assert [label for label, _, _ in done] == ["busy", "p1", "p2", "p3-first", "p3-second", "p4", "p5"]
-    assert [type(result).__name__ for _, result, _ in done] == ["BackendError"] + ["TokenResult"] * 6
+    # Then they ran 1 first, 5 last, the two 3s in their arrival order, all after the busy ones
+    assert [label for label, _, _ in done] == [
+        "busy",
+        "busy",
+        "p1",
+        "p2",
+        "p3-first",
+        "p3-second",
+        "p4",
+        "p5",
+    ]
+    assert [type(result).__name__ for _, result, _ in done] == ["BackendError"] * 2 + ["TokenResult"] * 6
 
 
 def test_timeout_while_waiting_drops_the_request(smollm2: LlamaCppBackend) -> None:
@@ -83,9 +102,10 @@ def test_timeout_while_waiting_drops_the_request(smollm2: LlamaCppBackend) -> No
         done: list[tuple[str, Any, float]] = []
         t0 = time.monotonic()
         busy = dataclasses.replace(SLOW, timeout=3)
-        tasks = [asyncio.create_task(_timed(smollm2, "busy", busy, done, t0))]
-        await asyncio.sleep(0.3)
-        # A 1 s request queued behind the slow one, and a patient one after it
+        tasks = [asyncio.create_task(_timed(smollm2, "busy", busy, done, t0)) for _ in range(2)]
+        await _until_running(smollm2, 2)
+        queued_at = time.monotonic() - t0
+        # A 1 s request queued behind the slow ones, and a patient one after it
         tasks.append(
             asyncio.create_task(
                 _timed(smollm2, "impatient", SamplingParams(max_new_tokens=1, timeout=1), done, t0)
@@ -93,12 +113,12 @@ def test_timeout_while_waiting_drops_the_request(smollm2: LlamaCppBackend) -> No
         )
         tasks.append(asyncio.create_task(_timed(smollm2, "patient", QUICK, done, t0)))
         await asyncio.gather(*tasks)
-        return done
+        return [("queued", None, queued_at), *done]
 
-    done = asyncio.run(scenario())
+    (_, _, queued_at), *done = asyncio.run(scenario())
 
     labels = [label for label, _, _ in done]
-    assert labels == ["impatient", "busy", "patient"]
+    assert labels == ["impatient", "busy", "busy", "patient"]
     _, error, failed_at = done[0]
     assert isinstance(error, BackendError)
     assert (error.status_code, error.code, error.param, error.retryable) == (
@@ -111,33 +131,36 @@ def test_timeout_while_waiting_drops_the_request(smollm2: LlamaCppBackend) -> No
         "parameters.timeout: the request did not finish within 1 s (it was still waiting for "
         "the model); it was stopped and the model moved on. Allowed timeout: (0, 3600] s."
     )
-    assert 1.2 <= failed_at < 2.0  # queued at 0.3 s, 1 s allowed, answered before the busy request ended
-    busy_end, patient_end = done[1][2], done[2][2]
+    assert 1.0 <= failed_at - queued_at < 2.0  # 1 s allowed, answered before the busy requests ended
+    busy_end, patient_end = done[2][2], done[3][2]
     assert patient_end - busy_end < 2.0  # the model went on with the patient one right away
 
 
-def test_timeout_while_running_stops_generation_and_frees_the_model(smollm2: LlamaCppBackend) -> None:
+def test_timeout_while_running_stops_generation_and_frees_its_sequence(smollm2: LlamaCppBackend) -> None:
     endless = SamplingParams(
         do_sample=True, temperature=5.0, top_k=49152, seed=4, max_new_tokens=400, timeout=1
     )
 
-    async def scenario() -> list[tuple[str, Any, float]]:
+    async def scenario() -> tuple[list[tuple[str, Any, float]], int]:
         done: list[tuple[str, Any, float]] = []
         t0 = time.monotonic()
         await asyncio.gather(
-            _timed(smollm2, "endless", endless, done, t0), _timed(smollm2, "next", QUICK, done, t0)
+            _timed(smollm2, "endless", endless, done, t0),
+            _timed(smollm2, "endless", endless, done, t0),
+            _timed(smollm2, "next", QUICK, done, t0),
         )
-        return done
+        return done, (await smollm2.engine()).state().free
 
-    done = asyncio.run(scenario())
+    done, free = asyncio.run(scenario())
 
-    assert [label for label, _, _ in done] == ["endless", "next"]
-    _, error, stopped_at = done[0]
-    assert isinstance(error, BackendError)
-    assert error.message == (
-        "parameters.timeout: the request did not finish within 1 s (it was still running); "
-        "it was stopped and the model moved on. Allowed timeout: (0, 3600] s."
-    )
-    assert 1.0 <= stopped_at < 3.0  # stopped at its next token; 400 tokens would take 20 s or more
-    _, result, next_at = done[1]
-    assert result.ids and next_at - stopped_at < 2.0  # the model went on right away
+    assert [label for label, _, _ in done] == ["endless", "endless", "next"]
+    for _, error, stopped_at in done[:2]:
+        assert isinstance(error, BackendError)
+        assert error.message == (
+            "parameters.timeout: the request did not finish within 1 s (it was still running); "
+            "it was stopped and the model moved on. Allowed timeout: (0, 3600] s."
+        )
+        assert 1.0 <= stopped_at < 3.0  # stopped at its next token; 400 tokens would take 20 s or more
+    _, result, next_at = done[2]
+    assert result.ids and next_at - done[1][2] < 2.0  # the freed sequence took it right away
+    assert free == 2  # both sequences free again

@@ -134,3 +134,12 @@ def test_llama_cpp_rejects_bad_bodies_before_generating(
         False,
     )
     assert error.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("n_seq_max", "hint"), [(16, 20), (32, 40), (2, 3), (1, 2)])
+def test_concurrency_hint_is_the_engines_sequences_and_a_quarter_more(n_seq_max: int, hint: int) -> None:
+    backend = ModelRegistry.from_dict(
+        {"models": {SMOLLM2: {"backend": "llama_cpp", "n_seq_max": n_seq_max}}}
+    ).backend(SMOLLM2)
+
+    assert backend.concurrency_hint == hint  # type: ignore[attr-defined]

@@ -162,6 +162,10 @@ def test_unset_api_key_env_is_a_registry_error(monkeypatch: pytest.MonkeyPatch) 
             {"models": {"m": {"backend": "llama_cpp", "n_ctxx": 2048}}},
             "models.m.n_ctxx: Extra inputs are not permitted",
         ),
+        (
+            {"models": {"m": {"backend": "llama_cpp", "n_seq_max": 257}}},
+            "models.m.n_seq_max: Input should be less than or equal to 256 (got 257)",
+        ),
         ({"models": {"m": {"backend": "openai", "model": "x"}}}, "models.m.base_url: Field required"),
         (
             {"models": {"m": {"backend": "openai", "base_url": "not a url", "model": "x"}}},

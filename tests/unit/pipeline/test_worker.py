@@ -229,3 +229,18 @@ def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in
 
     assert len(frozen_during) == 2 and min(frozen_during) > 0  # frozen while in flight
     assert gc.get_freeze_count() == 0  # and handed back to the collector afterwards
+
+
+def test_an_in_process_engine_gets_its_concurrency_hint_never_above_the_ceiling() -> None:
+    from batchinfer.backends.chaos import ChaosBackend
+    from batchinfer.infer.service import TokenRequests
+
+    engine = ScriptedBackend()
+    engine.concurrency_hint = 20  # type: ignore[attr-defined]
+
+    assert worker.concurrency_for(engine, 64) == 20
+    assert worker.concurrency_for(engine, 8) == 8  # WORKER_CONCURRENCY still caps it
+    assert worker.concurrency_for(ScriptedBackend(), 64) == 64  # a remote backend: found below 64
+    # Token batches and chaos mode wrap the backend; the hint passes through both.
+    assert worker.concurrency_for(ChaosBackend(TokenRequests(engine)), 64) == 20
+    assert worker.concurrency_for(TokenRequests(ScriptedBackend()), 64) == 64

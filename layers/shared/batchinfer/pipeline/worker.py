@@ -200,6 +200,15 @@ def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
     return limiter
 
 
+def concurrency_for(backend: Any, ceiling: int) -> int:
+    """The most requests to keep in flight on `backend`: its `concurrency_hint` (an in-process engine's
+    sequences and a few waiting, see `batchinfer.backends.base.ChatBackend`) when it has one, else
+    `ceiling` (WORKER_CONCURRENCY, under which `run_requests` finds a remote backend's capacity);
+    never above `ceiling`."""
+    hint = getattr(backend, "concurrency_hint", None)
+    return min(hint, ceiling) if hint else ceiling
+
+
 async def run_requests(
     backend: ChatBackend,
     requests: list[Request],
@@ -390,7 +399,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
                         backend,
                         requests[start:],
                         batch_id,
-                        concurrency=settings.worker_concurrency,
+                        concurrency=concurrency_for(backend, settings.worker_concurrency),
                         time_left_ms=window_left,
                         reserve_ms=settings.time_reserve_ms,
                     )
