@@ -1,6 +1,6 @@
 """The raw batched-decode ceiling of the embedded model: llama.cpp alone, no scheduler, no pipeline.
 
-`seqs` (16) of the embedded benchmark's chat prompts (rendered with the GGUF's chat template, ~40
+`seqs` (16) of the embedded benchmark's chat prompts (rendered with the GGUF's chat template, 53
 tokens each) are prefilled in ONE `llama_decode` call, then decoded together, one token per sequence
 per call, greedy, ignoring end-of-generation so that each makes exactly `new` (64) tokens. The context
 is the engine's (`batchinfer.backends.llama_engine`): one KV stream of 2048 cells per sequence

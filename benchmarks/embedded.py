@@ -40,8 +40,11 @@ TOPICS = ["copper", "glass", "rubber", "salt", "bamboo", "wool", "granite", "hon
 
 
 def prompts(n: int) -> list[str]:
+    """`n` distinct chat prompts of 53 tokens once rendered, whose answers run past `MAX_TOKENS`
+    (so every side makes about the ceiling's 64 tokens per request)."""
     return [
-        f"Request {i}: name three everyday uses of {TOPICS[i % len(TOPICS)]}, in one sentence."
+        f"Request {i}: describe in detail where {TOPICS[i % len(TOPICS)]} comes from, how it is made "
+        f"and what it is used for."
         for i in range(n)
     ]
 

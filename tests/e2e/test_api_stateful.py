@@ -239,7 +239,11 @@ def test_generated_call_sequences_never_fail_a_check(
                 assert (batch["output_file_id"], batch["error_file_id"]) == (None, None)
                 assert batch["request_counts"] == {"total": 0, "completed": 0, "failed": 0}
                 if batch["status"] == "failed":
-                    assert [e["code"] for e in batch["errors"]["data"]] == ["input_file_unavailable"]
+                    codes = [e["code"] for e in batch["errors"]["data"]]
+                    if batch["endpoint"] == "/v1/chat/completions":
+                        assert codes == ["input_file_unavailable"]
+                    else:  # a generated endpoint (the token one) that the chat lines of HELD do not call
+                        assert set(codes) in ({"input_file_unavailable"}, {"url_mismatch"}), codes
                 else:
                     assert (batch["status"], batch["errors"]) == ("cancelled", None)
                 continue
