@@ -173,7 +173,6 @@ def test_generated_call_sequences_never_fail_a_check(
             ):
                 for name in ("input_source", "output_target", "output_user_s3_path", "output_user_cos_path"):
                     body.pop(name, None)
-                body["endpoint"] = "/v1/chat/completions"  # the linked file's lines are chat requests
                 if not _whole_hours(body.get("completion_window")):
                     body["completion_window"] = "24h"
 
