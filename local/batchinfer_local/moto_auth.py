@@ -23,6 +23,8 @@ as ONE action `<service>:<Operation>` on ONE resource: whatever the service's re
   action; AWS requires `s3:ListBucket`.
 - Presigned S3 URLs: every IAMRequest is built from the Authorization header, so a URL signed in its query
   string fails with `KeyError: 'HTTP_AUTHORIZATION'` (HTTP 500).
+- ExpectedBucketOwner (`x-amz-expected-bucket-owner`) is ignored; S3 refuses a bucket of another
+  account with 403 AccessDenied.
 - Errors: moto renders an IAM denial as XML with HTTP 403 for every service; the JSON-protocol services
   answer e.g. DynamoDB's `AccessDeniedException` with HTTP 400, which is what botocore and handlers expect.
 
@@ -53,6 +55,7 @@ from moto.iam.access_control import (
     create_access_key,
 )
 from moto.s3 import responses as s3_responses
+from moto.s3.exceptions import S3ClientError
 from moto.secretsmanager.responses import SecretsManagerResponse
 from moto.sqs.responses import SQSResponse
 from moto.utilities.utils import get_partition
@@ -256,11 +259,15 @@ class PresignedS3IAMRequest(S3IAMRequest):
         unsigned_query = "&".join(
             p for p in self._raw_query.split("&") if not p.startswith("X-Amz-Signature=")
         )
-        host = self._headers.get("Host") or self._headers.get("host")
+        # Every header the URL signed (X-Amz-SignedHeaders: host, and e.g. content-length and
+        # content-type of an upload URL), with the values this request sent: a PUT of another size or
+        # type does not match, as on S3.
+        sent = {name.lower(): value for name, value in self._headers.items()}
+        signed = self._query.get("X-Amz-SignedHeaders", "host").split(";")
         request = AWSRequest(
             method=self._method,
-            url=f"http://{host}{urlparse(self._path).path}?{unsigned_query}",
-            headers={"host": host},
+            url=f"http://{sent.get('host')}{urlparse(self._path).path}?{unsigned_query}",
+            headers={name: sent.get(name, "") for name in signed},
         )
         request.context["timestamp"] = self._query["X-Amz-Date"]
         auth = S3SigV4QueryAuth(
@@ -305,7 +312,22 @@ class AnonymousS3IAMRequest(S3IAMRequest):
 _original_s3_authorize = ActionAuthenticatorMixin._authenticate_and_authorize_s3_action
 
 
+class ExpectedBucketOwnerDenied(S3ClientError):
+    """S3's answer to a request whose `x-amz-expected-bucket-owner` is not the bucket's account."""
+
+    code = 403
+
+    def __init__(self) -> None:
+        super().__init__("AccessDenied", "Access Denied")
+
+
 def _s3_authorize(self: Any, bucket_name: str | None = None, key_name: str | None = None) -> None:
+    # moto 5.2.5 ignores ExpectedBucketOwner; S3 answers 403 AccessDenied when the bucket's account
+    # differs (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucket-owner-condition.html).
+    expected = self.headers.get("x-amz-expected-bucket-owner")
+    bucket = self.backend.buckets.get(bucket_name) if expected and bucket_name else None
+    if bucket is not None and bucket.account_id != expected:
+        raise ExpectedBucketOwnerDenied()
     if "Authorization" in self.headers:
         return _original_s3_authorize(self, bucket_name, key_name)
     arn = f"{bucket_name or '*'}/{key_name}" if key_name else (bucket_name or "*")

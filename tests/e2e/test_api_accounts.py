@@ -2,7 +2,7 @@
 
 - A missing, unknown or revoked key is 401 (before the request is even looked at).
 - Keys are created and revoked with the CLI (`batchinfer keys ...`), stored only as SHA-256 hashes.
-- Another account's batch or file is 404 and never listed.
+- Another account's batch or file is 404 and never listed (its uploads: test_uploads.py).
 - Over 20 creations a minute or 10 active batches (here lowered per account), 429 with Retry-After;
   N concurrent creates never take an account past its active limit, and the counter stays exact
   while creates and terminal transitions race.
@@ -154,6 +154,7 @@ def test_another_accounts_batches_and_files_are_404_and_never_listed(stack: Loca
             b.get("/batches").json(),
             b.get("/files").json(),
             b.get("/batches", params={"after": batch_id}).json(),
+            b.get("/files", params={"after": file_id, "order": "asc"}).json(),
         )
         # Then every answer is 404 and nothing is listed, while A still sees both
         assert {name: r.status_code for name, r in answers.items()} == dict.fromkeys(answers, 404)
@@ -164,7 +165,7 @@ def test_another_accounts_batches_and_files_are_404_and_never_listed(stack: Loca
             "code": "batch_not_found",
         }
         assert answers["file"].json()["error"]["code"] == "file_not_found"
-        assert [page["data"] for page in listed] == [[], [], []]
+        assert [page["data"] for page in listed] == [[], [], [], []]
         assert a.get(f"/files/{file_id}").status_code == 200
         assert [batch["id"] for batch in a.get("/batches").json()["data"]] == [batch_id]
 

@@ -146,7 +146,11 @@ def test_generated_call_sequences_never_fail_a_check(
     upstream_stack: tuple[LocalStack, HoldableUpstream], api_key: str
 ) -> None:
     stack, upstream = upstream_stack
-    schema = schemathesis.openapi.from_url(f"{stack.base_url}/v1/openapi.json")
+    # Upload parts and retrieve lead no further into the batch flow: steps spent there are steps not
+    # spent on batches (tests/e2e/test_uploads.py covers them; test_schemathesis.py fuzzes them).
+    schema = schemathesis.openapi.from_url(f"{stack.base_url}/v1/openapi.json").exclude(
+        name=["POST /v1/uploads/{upload_id}/parts", "GET /v1/uploads/{upload_id}"]
+    )
     schema.config.generation.update(with_security_parameters=False)
     base_url, headers = stack.base_url, {"Authorization": f"Bearer {api_key}"}
     calls: list[tuple[str, int]] = []

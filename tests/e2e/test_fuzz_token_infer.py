@@ -49,7 +49,12 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODEL_REGISTRY", str(registry))
-        with LocalStack(port=0) as stack, httpx.Client(base_url=stack.base_url, timeout=120) as client:
+        with (
+            LocalStack(port=0) as stack,
+            httpx.Client(
+                base_url=stack.base_url, headers={"Authorization": f"Bearer {stack.api_key}"}, timeout=120
+            ) as client,
+        ):
             warm = client.post(f"/v2/models/{MODEL}/infer", json=token_body([1, 2, 3]))  # loads the model
             assert warm.status_code == 200, warm.text
             yield client

@@ -762,7 +762,8 @@ def test_hostile_v2_request_is_a_400_with_an_error_string(
 ) -> None:
     before = state(env.stack)
 
-    response = httpx.post(f"{env.stack.base_url}{INFER}", timeout=60, **arguments)
+    headers = {**arguments.get("headers", {}), "Authorization": f"Bearer {env.key}"}
+    response = httpx.post(f"{env.stack.base_url}{INFER}", timeout=60, **{**arguments, "headers": headers})
 
     assert (response.status_code, response.headers["content-type"], response.json()) == (
         400,
@@ -784,7 +785,12 @@ def test_valid_requests_still_work_afterwards(env: Env) -> None:
         line["response"]["body"]["choices"][0]["message"]["content"]
         for line in result_lines(env.http, batch["output_file_id"])
     ] == ["echo: hello"]
-    response = httpx.post(f"{env.stack.base_url}{INFER}", json=v2_body(max_new_tokens=1), timeout=120)
+    response = httpx.post(
+        f"{env.stack.base_url}{INFER}",
+        json=v2_body(max_new_tokens=1),
+        headers={"Authorization": f"Bearer {env.key}"},
+        timeout=120,
+    )
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["shape"] == [1, 1]
 

@@ -99,8 +99,10 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
         ("/v1/models", "get"),
         ("/v1/models/{model}", "get"),
         ("/v1/uploads", "post"),
+        ("/v1/uploads/{upload_id}", "get"),
         ("/v1/uploads/{upload_id}/cancel", "post"),
         ("/v1/uploads/{upload_id}/complete", "post"),
+        ("/v1/uploads/{upload_id}/parts", "post"),
     ]
     create = document["paths"]["/v1/batches"]["post"]
     assert sorted(create["responses"]) == ["200", "400", "401", "403", "404", "422", "429"]

@@ -15,6 +15,7 @@ import json
 import math
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tokenizers import Tokenizer
 from batchinfer.backends import ModelRegistry, load_registry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
 from batchinfer.backends.llama_cpp import find_gguf
+from batchinfer.data import accounts
 from batchinfer.infer.gguf_tokenizer import tokenizer_files_from_gguf
 from batchinfer.wire.kserve import SamplingParams
 from batchinfer_local import LocalStack
@@ -85,7 +87,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 @pytest.fixture(scope="module")
 def http(stack: LocalStack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.base_url, timeout=60) as client:
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as client:
         yield client
 
 
@@ -550,7 +553,8 @@ def test_id_and_output_name_are_echoed(http: httpx.Client) -> None:
 # Routes, unknown models, timeouts over HTTP
 
 
-def test_health_and_metadata_routes(http: httpx.Client) -> None:
+def test_health_and_metadata_routes(stack: LocalStack) -> None:
+    http = httpx.Client(base_url=stack.base_url, timeout=60)  # no key: these routes are open
     assert http.get("/v2").json() == {"name": "batchinfer", "version": "0.1.0", "extensions": []}
     assert http.get("/v2/health/live").json() == {"live": True}
     assert http.get("/v2/health/ready").json() == {"ready": True}
@@ -634,6 +638,96 @@ def test_a_request_past_its_timeout_is_a_504_and_the_next_one_is_served(http: ht
 
 
 # --------------------------------------------------------------------------------------------------
+# API keys and the account's bound on requests in flight
+
+
+def test_infer_takes_the_v1_keys_and_a_revoked_key_fails_on_the_next_call(stack: LocalStack) -> None:
+    body = token_body([5, 6, 7], max_new_tokens=1)
+    url = f"/v2/models/{MODEL}/infer"
+    secret, key = accounts.create_key("v2-keys", name="test")
+    with httpx.Client(base_url=stack.base_url, timeout=60) as http:
+        answers = {
+            "none": http.post(url, json=body),
+            "basic": http.post(url, json=body, headers={"Authorization": "Basic dXNlcjpwYXNz"}),
+            "unknown": http.post(url, json=body, headers={"Authorization": "Bearer sk-bi-not-a-key"}),
+            "unknown model, no key": http.post("/v2/models/no-such-model/infer", json=body),
+            "bad body, no key": http.post(url, content=b"{"),
+            "valid": http.post(url, json=body, headers={"Authorization": f"Bearer {secret}"}),
+        }
+        accounts.revoke_key(key.key_id)
+        revoked = http.post(url, json=body, headers={"Authorization": f"Bearer {secret}"})
+
+    assert {name: r.status_code for name, r in answers.items()} == {
+        "none": 401,
+        "basic": 401,
+        "unknown": 401,
+        "unknown model, no key": 401,
+        "bad body, no key": 401,
+        "valid": 200,
+    }
+    assert answers["none"].json() == {"error": "no API key: send it as 'Authorization: Bearer YOUR_KEY'"}
+    assert answers["unknown"].json() == {"error": "incorrect API key provided"}
+    assert answers["none"].headers["WWW-Authenticate"] == 'Bearer realm="batchinfer"'
+    assert len(answers["valid"].json()["outputs"][0]["data"]) == 1
+    assert (revoked.status_code, revoked.json()) == (401, {"error": "incorrect API key provided"})
+
+
+def test_over_the_accounts_requests_in_flight_is_429_with_retry_after(stack: LocalStack) -> None:
+    # Given an account allowed 1 request in flight, and one long request of it running
+    secret, _ = accounts.create_key("v2-bound", name="test")
+    accounts.configure_account("v2-bound", max_infer_in_flight=1)
+    url = f"/v2/models/{MODEL}/infer"
+    endless = token_body(
+        [5, 6, 7], do_sample=True, temperature=5.0, top_k=49152, seed=4, max_new_tokens=500, timeout=6
+    )
+    table = stack.environment["TABLE_NAME"]
+
+    def slots() -> list[dict[str, Any]]:
+        return stack.dynamodb.query(
+            TableName=table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :slot)",
+            ExpressionAttributeValues={":pk": {"S": "ACCOUNT#v2-bound"}, ":slot": {"S": "INFER#"}},
+            ConsistentRead=True,
+        )["Items"]
+
+    with (
+        httpx.Client(
+            base_url=stack.base_url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
+        ) as http,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        long_one = pool.submit(http.post, url, json=endless)
+        deadline = time.monotonic() + 30
+        while not slots():
+            assert time.monotonic() < deadline and not long_one.done(), "the first request took no slot"
+            time.sleep(0.05)
+        # When a second request comes while it runs, and a third after it ended
+        refused = http.post(url, json=token_body([5, 6, 7], max_new_tokens=1))
+        first = long_one.result()
+        after = http.post(url, json=token_body([5, 6, 7], max_new_tokens=1))
+        # Another account is not bounded by this one's requests
+        with stack_http(stack) as default_account:
+            other = generated(default_account, token_body([5, 6, 7], max_new_tokens=1))
+
+    # Then the second is 429 with Retry-After, the first ends on its own timeout, the third is served
+    assert (refused.status_code, refused.headers["Retry-After"], refused.json()) == (
+        429,
+        "1",
+        {"error": "too many token requests in flight: this account may have 1 at once; retry after 1 s"},
+    )
+    assert first.status_code == 504
+    assert after.status_code == 200 and len(after.json()["outputs"][0]["data"]) == 1
+    assert len(other) == 1
+    assert slots() == []  # every slot given back
+
+
+def stack_http(stack: LocalStack) -> httpx.Client:
+    return httpx.Client(
+        base_url=stack.base_url, headers={"Authorization": f"Bearer {stack.api_key}"}, timeout=60
+    )
+
+
+# --------------------------------------------------------------------------------------------------
 # 4. The KServe v2 client against this /v2 endpoint (a real server speaking the protocol)
 
 
@@ -645,6 +739,7 @@ def test_kserve_client_chat_matches_the_embedded_model(stack: LocalStack, tokeni
                 "remote-smollm2": {
                     "backend": "kserve_v2",
                     "base_url": stack.base_url,
+                    "api_key": stack.api_key,
                     "model": MODEL,
                     "tokenizer": str(tokenizer_dir / "tokenizer.json"),
                     "tokenizer_config": str(tokenizer_dir / "tokenizer_config.json"),
@@ -671,7 +766,16 @@ def test_kserve_client_chat_matches_the_embedded_model(stack: LocalStack, tokeni
 
 def test_kserve_client_token_requests_and_errors_through_the_endpoint(stack: LocalStack) -> None:
     remote = ModelRegistry.from_dict(
-        {"models": {"r": {"backend": "kserve_v2", "base_url": stack.base_url, "model": MODEL}}}
+        {
+            "models": {
+                "r": {
+                    "backend": "kserve_v2",
+                    "base_url": stack.base_url,
+                    "api_key": stack.api_key,
+                    "model": MODEL,
+                }
+            }
+        }
     ).backend("r")
     assert isinstance(remote, KServeV2Backend)
     params = SamplingParams(
@@ -683,7 +787,7 @@ def test_kserve_client_token_requests_and_errors_through_the_endpoint(stack: Loc
         asyncio.run(remote.generate_tokens([5, 49152, 7], SamplingParams()))
 
     # The same ids as the same request sent by hand (test_the_same_seed_gives_the_same_ids)
-    with httpx.Client(base_url=stack.base_url) as http:
+    with stack_http(stack) as http:
         by_hand = generated(
             http,
             token_body(
@@ -740,7 +844,7 @@ def test_a_token_batch_completes_through_the_pipeline(stack: LocalStack, tmp_pat
     output = [json.loads(line) for line in client.content(batch["output_file_id"]).splitlines()]
     errors = [json.loads(line) for line in client.content(batch["error_file_id"]).splitlines()]
     assert [line["custom_id"] for line in output] == ["t-1", "t-3"]
-    with httpx.Client(base_url=stack.base_url) as http:
+    with stack_http(stack) as http:
         expected = generated(http, token_body([5, 6, 7], max_new_tokens=3))
     first = output[0]["response"]
     assert (first["status_code"], first["body"]) == (

@@ -119,6 +119,29 @@ def test_unreadable_input_is_400_input_file_unavailable(http: httpx.Client) -> N
     )
 
 
+def test_every_user_bucket_call_names_the_expected_owner(stack: LocalStack, http: httpx.Client) -> None:
+    # Given the functions expecting the buckets to belong to another AWS account than they do
+    stack.configure_functions(
+        {"EXPECTED_BUCKET_OWNER": "999999999999"},
+        call=["batchinfer.core.settings.get_settings.cache_clear"],
+    )
+    try:
+        # When a TokenHub batch names the (allowed, readable) user bucket
+        refused = http.post("/batches", json=tokenhub())
+    finally:
+        stack.configure_functions(
+            {"EXPECTED_BUCKET_OWNER": "123456789012"},
+            call=["batchinfer.core.settings.get_settings.cache_clear"],
+        )
+    # Then S3 refused the call (403), as it refuses a bucket name another account took over
+    assert error_of(refused) == (400, "input_file_unavailable", "input_file_id")
+    assert refused.json()["error"]["message"] == (
+        f"The input file s3://{USER_BUCKET}/in/batch.jsonl cannot be read (403)."
+    )
+    assert stack.environment["EXPECTED_BUCKET_OWNER"] == "123456789012"  # the deployment's own account
+    assert http.post("/batches", json=tokenhub()).status_code == 200
+
+
 def test_an_allowed_bucket_that_does_not_exist_is_400(http: httpx.Client) -> None:
     no_input = http.post("/batches", json=tokenhub(input_file_id=f"s3://{GHOST}/in.jsonl"))
     no_output = http.post("/batches", json=tokenhub(output_user_s3_path=f"s3://{GHOST}/out/"))

@@ -85,6 +85,7 @@ def test_globals_environment_names_every_setting() -> None:
         "FINALIZE_QUEUE_URL": {"Ref": "FinalizeQueue"},
         "SHARD_SIZE": {"Ref": "ShardSize"},
         "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
+        "EXPECTED_BUCKET_OWNER": {"Ref": "AWS::AccountId"},
         "COS_ENDPOINT_URL": {"Ref": "CosEndpointUrl"},
         "COS_CREDENTIALS_SECRET": {"Ref": "CosCredentialsSecret"},
     }
@@ -270,3 +271,20 @@ def test_sam_validate_lint_passes() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is a valid SAM Template" in result.stdout + result.stderr
+
+
+def test_upload_staging_expires_after_the_longest_upload() -> None:
+    # Staged parts and PUTs (api/uploads.py) of abandoned uploads, and anything written after complete or
+    # cancel, are deleted a day old; no upload lives longer, so nothing still needed is.
+    rules = RESOURCES["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert {rule["Id"]: rule for rule in rules}["expire-upload-staging"] == {
+        "Id": "expire-upload-staging",
+        "Status": "Enabled",
+        "Prefix": "uploads/",
+        "ExpirationInDays": 1,
+    }
+    from batchinfer.api.uploads import STAGING_PREFIX
+    from batchinfer.core.settings import Settings
+
+    assert STAGING_PREFIX == "uploads/"
+    assert Settings.model_fields["upload_expires_seconds"].metadata[-1].le == 24 * 3600

@@ -138,6 +138,7 @@ def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Non
         "allowed_buckets": ["cos://c-1", "s3://b-1"],
         "max_active_batches": 3,
         "max_creates_per_minute": None,
+        "max_infer_in_flight": None,
         "created_at": 1_800_000_000,
     }
     assert configured.allows("s3://b-1") and not configured.allows("s3://c-1")

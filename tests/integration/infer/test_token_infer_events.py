@@ -7,9 +7,17 @@ import json
 
 import pytest
 
+from batchinfer.data import accounts
 from support.moto_env import Aws, load_event
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
+# The infer events carry the API events' key (store it with `batchinfer keys` for `sam local invoke`).
+SAMPLE_KEY = "sk-bi-sample-key-for-sam-local-invoke"
+
+
+@pytest.fixture(autouse=True)
+def _sample_key(moto_aws: Aws) -> None:
+    accounts.create_key("default", secret=SAMPLE_KEY)
 
 
 def test_the_mindie_sample_request_is_answered(moto_aws: Aws) -> None:

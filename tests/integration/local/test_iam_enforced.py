@@ -147,9 +147,11 @@ def test_dynamodb_is_judged_per_table_index_and_transaction_item(stack: LocalSta
         == "denied"
     )
     assert outcome(lambda: api.put_item(TableName=OTHER_TABLE, Item={"PK": {"S": "x"}})) == "denied"
-    # /v2 has no DynamoDB permission; the denial has DynamoDB's own shape.
+    # /v2 reads keys and holds slots, but may not update or scan; the denial has DynamoDB's own shape.
+    infer = stack.function_client("TokenInferFunction", "dynamodb")
+    assert outcome(lambda: infer.get_item(TableName=table, Key=KEY)) == "allowed"
     with pytest.raises(ClientError) as denied:
-        stack.function_client("TokenInferFunction", "dynamodb").get_item(TableName=table, Key=KEY)
+        infer.scan(TableName=table)
     assert (
         denied.value.response["Error"]["Code"],
         denied.value.response["ResponseMetadata"]["HTTPStatusCode"],

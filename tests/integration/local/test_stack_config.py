@@ -66,10 +66,12 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
         "SHARD_SIZE": "10",  # the override
         "WORKER_CONCURRENCY": "64",  # the default, as the string CloudFormation passes
+        "EXPECTED_BUCKET_OWNER": "123456789012",
         "COS_ENDPOINT_URL": "",
         "COS_CREDENTIALS_SECRET": "batchinfer/cos",
         "MAX_ACTIVE_BATCHES": "10",  # ApiFunction's own variables
         "MAX_CREATES_PER_MINUTE": "20",
+        "MAX_INFER_IN_FLIGHT": "4",  # TokenInferFunction's own
     }
     assert made.queue_urls["PrepareQueue"].endswith("/123456789012/batchinfer-local-PrepareQueue")
     assert {lid: (s.timeout, s.memory_size) for lid, s in specs.items()} == {

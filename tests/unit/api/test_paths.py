@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from batchinfer.api.auth import bearer_token
 from batchinfer.api.errors import documented
 from batchinfer.data.accounts import hash_key, new_secret
 from batchinfer.data.items import Account
 from batchinfer.data.locations import InvalidPath, Location, located, parse
+from batchinfer.wire.bearer import bearer_token
 
 
 @pytest.mark.parametrize(

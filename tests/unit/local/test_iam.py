@@ -79,7 +79,13 @@ def test_one_role_per_function_with_the_managed_policies_sam_attaches() -> None:
         "AggregatorFunction": ("AggregatorFunctionRole", [*BASIC, SQS_EXECUTION]),
         "SweeperFunction": ("SweeperFunctionRole", BASIC),
     }
-    assert resolved["TokenInferFunction"].policies == ()  # /v2 calls no AWS service
+    # /v2: its caller's key and account, its in-flight slots (data/inflight.py); nothing else.
+    assert actions(resolved["TokenInferFunction"]) == {
+        "dynamodb:GetItem",
+        "dynamodb:Query",
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+    }
     # Policy templates are expanded (DynamoDBCrudPolicy's actions); no role names TransactWriteItems,
     # which AWS authorizes item by item.
     assert "dynamodb:ConditionCheckItem" in actions(resolved["ApiFunction"])

@@ -18,6 +18,7 @@ from aws_lambda_powertools.event_handler import Response
 from batchinfer.api.errors import ApiError
 from batchinfer.data import accounts
 from batchinfer.data.items import ApiKey
+from batchinfer.wire.bearer import WWW_AUTHENTICATE, bearer_token
 
 # Served without a key: the API's own description.
 OPEN_PATHS = frozenset({"/v1/openapi.json", "/v1/swagger"})
@@ -31,18 +32,7 @@ class Unauthorized(ApiError):
     status = 401
 
     def __init__(self, message: str, code: str = "invalid_api_key") -> None:
-        super().__init__(message, code=code, headers={"WWW-Authenticate": 'Bearer realm="batchinfer"'})
-
-
-def bearer_token(headers: dict[str, str]) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), else None."""
-    value = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
-    if not value:
-        return None
-    scheme, _, token = value.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
+        super().__init__(message, code=code, headers=dict(WWW_AUTHENTICATE))
 
 
 def authenticate(headers: dict[str, str]) -> ApiKey:

@@ -129,17 +129,22 @@ def delete_file(file_id: FileId) -> FileDeleted:
     | {302: {"description": "large files: a presigned S3 URL in Location"}},
 )
 def file_content(file_id: FileId):
-    """A file's bytes (files over 4 MB: a 302 to a presigned S3 URL)."""
+    """A file's bytes (files over 4 MB: a 302 to a presigned S3 URL).
+
+    The function never holds more than `INLINE_CONTENT_BYTES` of it: the object's own size decides
+    (`s3.read_at_most`), not the one recorded, so an object larger than its record is redirected too.
+    """
     item = owned_file(file_id)
-    where = item.where
-    if item.bytes > INLINE_CONTENT_BYTES:
+    data = None
+    if item.bytes <= INLINE_CONTENT_BYTES:
+        data = s3.read_at_most(item.bucket, item.key, INLINE_CONTENT_BYTES, where=item.where)
+    if data is None:
         url = s3.presigned_get(
             item.bucket,
             item.key,
             filename=item.filename,
-            where=where,
+            where=item.where,
             expires_in=get_settings().presign_seconds,
         )
         return Response(status_code=302, headers={"Location": url}, body="")
-    data = s3.get_bytes(item.bucket, item.key, where=where)
     return Response(status_code=200, content_type="application/octet-stream", body=data)

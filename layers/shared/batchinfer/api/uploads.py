@@ -1,24 +1,33 @@
-"""`/v1/uploads`: files too large for one API request, sent straight to S3 with a presigned PUT.
+"""`/v1/uploads`: files too large for one API request, in OpenAI's Uploads API shape
+(https://platform.openai.com/docs/api-reference/uploads), in parts or with one presigned PUT.
 
 A request through API Gateway and Lambda carries at most 6 MB, while a batch input may be 200 MB.
-The flow keeps the shape of OpenAI's Uploads API (https://platform.openai.com/docs/api-reference/uploads)
-but replaces its parts with one presigned S3 PUT:
 
 1. `POST /v1/uploads` `{"filename", "purpose": "batch", "bytes", "mime_type"}` -> an Upload
-   (`status: pending`) with `upload_url`, valid for `UPLOAD_EXPIRES_SECONDS` (default 1 hour);
-2. `PUT <upload_url>` with the file's bytes (and the `upload_headers`);
-3. `POST /v1/uploads/{id}/complete` -> the Upload (`status: completed`) whose `file` is the new File
-   object, usable as a batch's `input_file_id`. Completing checks that exactly `bytes` bytes arrived.
+   (`status: pending`), valid for `UPLOAD_EXPIRES_SECONDS` (default 1 hour);
+2. either parts, as OpenAI's: `POST /v1/uploads/{id}/parts` (multipart form field `data`, each part
+   below the request limit) -> an Upload Part `{id, object: "upload.part", created_at, upload_id}`;
+   or (this service's extension) one `PUT <upload_url>` of the whole file with `upload_headers`: the
+   URL is signed for exactly `bytes` bytes of `mime_type`, so S3 refuses any other size;
+3. `POST /v1/uploads/{id}/complete` `{"part_ids": [...in order...], "md5"?}` (no parts: the PUT) ->
+   the Upload (`status: completed`) whose `file` is the new File, usable as a batch's `input_file_id`.
 
-`POST /v1/uploads/{id}/cancel` drops a pending upload.
+What a batch reads is written only here: parts and the PUT go to staging keys
+(`uploads/<upload_id>/...`, kept by no one: the bucket's lifecycle deletes them after a day), and
+complete copies them, streamed, into `files/<file_id>`, checking that exactly `bytes` bytes (and the
+`md5`) arrived. So nothing written to an upload after it completed or was cancelled (a part is then
+refused; a still-valid PUT URL only rewrites the staging key) changes any file. `POST
+/v1/uploads/{id}/cancel` drops a pending upload; `GET /v1/uploads/{id}` shows one. Another account's
+upload is 404 on every route.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, File, Path, UploadFile
 
 from batchinfer.api import links
 from batchinfer.api.auth import current_account
@@ -27,12 +36,29 @@ from batchinfer.api.files import file_object, new_file_record
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3, uploads
-from batchinfer.data.items import UploadRecord
+from batchinfer.data.items import UploadPart, UploadRecord
 from batchinfer.data.table import now
-from batchinfer.wire.openai import MAX_ID_LENGTH, CompleteUploadRequest, CreateUploadRequest, Upload
+from batchinfer.wire.openai import (
+    MAX_ID_LENGTH,
+    CompleteUploadRequest,
+    CreateUploadRequest,
+    Upload,
+    UploadPartObject,
+)
 
 router = Router()
 UploadId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
+STAGING_PREFIX = "uploads/"
+
+
+def staging_key(upload_id: str) -> str:
+    """Where the presigned PUT of an upload writes."""
+    return f"{STAGING_PREFIX}{upload_id}/object"
+
+
+def part_key(upload_id: str, part_id: str) -> str:
+    """Where a part of an upload is kept until complete."""
+    return f"{STAGING_PREFIX}{upload_id}/parts/{part_id}"
 
 
 def upload_view(item: UploadRecord) -> Upload:
@@ -42,11 +68,14 @@ def upload_view(item: UploadRecord) -> Upload:
         return upload.model_copy(update={"status": "expired"})
     if upload.status == "pending":
         url = s3.presigned_put(
-            item.bucket, item.key, content_type=item.mime_type, expires_in=max(1, item.expires_at - now())
+            item.bucket,
+            item.key,
+            content_type=item.mime_type,
+            content_length=item.bytes,
+            expires_in=max(1, item.expires_at - now()),
         )
-        return upload.model_copy(
-            update={"upload_url": url, "upload_headers": {"Content-Type": item.mime_type}}
-        )
+        headers = {"Content-Type": item.mime_type, "Content-Length": str(item.bytes)}
+        return upload.model_copy(update={"upload_url": url, "upload_headers": headers})
     return upload
 
 
@@ -58,9 +87,15 @@ def owned_upload(upload_id: str) -> UploadRecord:
     return item
 
 
+def _not_pending(item: UploadRecord, action: str) -> Conflict:
+    return Conflict(
+        f"Upload {item.id} is {upload_view(item).status} and can't {action}.", code="upload_not_pending"
+    )
+
+
 @router.post("/v1/uploads", responses=documented(None, links=links.UPLOAD))
 def create_upload(request: CreateUploadRequest) -> Upload:
-    """Announce a large file; PUT its bytes to the returned upload_url, then complete."""
+    """Announce a large file; add its parts (or PUT it to the returned upload_url), then complete."""
     settings = get_settings()
     if request.bytes > settings.max_file_bytes:
         raise ApiError(
@@ -69,8 +104,9 @@ def create_upload(request: CreateUploadRequest) -> Upload:
             param="bytes",
         )
     at, file_id = now(), ids.new_file_id()
+    upload_id = f"upload_{file_id.removeprefix('file-')}"
     item = UploadRecord(
-        id=f"upload_{file_id.removeprefix('file-')}",
+        id=upload_id,
         bytes=request.bytes,
         created_at=at,
         expires_at=at + settings.upload_expires_seconds,
@@ -81,10 +117,70 @@ def create_upload(request: CreateUploadRequest) -> Upload:
         account_id=current_account(),
         file_id=file_id,
         bucket=settings.bucket_name,
-        key=f"files/{file_id}",
+        key=staging_key(upload_id),
     )
     uploads.put(item)
     return upload_view(item)
+
+
+@router.get("/v1/uploads/<upload_id>", responses=documented(None, 404))
+def retrieve_upload(upload_id: UploadId) -> Upload:
+    """An upload (pending ones with a fresh upload_url)."""
+    return upload_view(owned_upload(upload_id))
+
+
+@router.post("/v1/uploads/<upload_id>/parts", responses=documented(None, 404, 409))
+def add_upload_part(
+    upload_id: UploadId, data: Annotated[UploadFile, File(description="the part's bytes")]
+) -> UploadPartObject:
+    """Add a part (below the 6 MB a request carries); complete names the parts in the file's order."""
+    item = owned_upload(upload_id)
+    if item.status != "pending" or item.expires_at <= now():
+        raise _not_pending(item, "take parts")
+    if not data.content:
+        raise ApiError("data: a part must hold at least one byte", code="empty_part", param="data")
+    part_id = f"part_{secrets.token_hex(12)}"
+    part = UploadPart(
+        id=part_id,
+        created_at=now(),
+        upload_id=upload_id,
+        bytes=len(data.content),
+        key=part_key(upload_id, part_id),
+    )
+    s3.put_bytes(item.bucket, part.key, data.content, "application/octet-stream")
+    if not uploads.add_part(part):  # completed, cancelled or expired since it was read
+        s3.delete(item.bucket, part.key)
+        raise _not_pending(uploads.get(upload_id) or item, "take parts")
+    return UploadPartObject(id=part.id, created_at=part.created_at, upload_id=upload_id)
+
+
+def _sources(item: UploadRecord, part_ids: list[str]) -> list[str]:
+    """The staging keys to concatenate: the parts named, in order, or the PUT's object."""
+    if not part_ids:
+        if s3.size(item.bucket, item.key) is None:
+            raise ApiError(
+                "Nothing was uploaded: add parts (POST /v1/uploads/{id}/parts) or PUT the file's bytes "
+                "to upload_url first.",
+                code="upload_incomplete",
+            )
+        return [item.key]
+    if len(set(part_ids)) != len(part_ids):
+        raise ApiError("part_ids: a part is named twice", code="duplicate_part", param="part_ids")
+    known = uploads.parts(item.id)
+    if unknown := [p for p in part_ids if p not in known]:
+        raise ApiError(
+            f"part_ids: {unknown[0]!r} is no part of upload {item.id}",
+            code="upload_part_not_found",
+            param="part_ids",
+        )
+    total = sum(known[p].bytes for p in part_ids)
+    if total != item.bytes:
+        raise ApiError(
+            f"The parts hold {total} bytes, but {item.bytes} were announced.",
+            code="upload_size_mismatch",
+            param="part_ids",
+        )
+    return [known[p].key for p in part_ids]
 
 
 @router.post(
@@ -93,36 +189,50 @@ def create_upload(request: CreateUploadRequest) -> Upload:
 def complete_upload(
     upload_id: UploadId, request: Annotated[CompleteUploadRequest | None, Body()] = None
 ) -> Upload:
-    """Turn the uploaded bytes into a File (checks that exactly `bytes` bytes arrived)."""
+    """Turn the parts (or the PUT's bytes) into a File: exactly `bytes` bytes, and `md5` when given."""
+    request = request or CompleteUploadRequest()
     item = owned_upload(upload_id)
     if item.status == "completed":
         return upload_view(item)
     if item.status != "pending" or item.expires_at <= now():
-        raise Conflict(
-            f"Upload {upload_id} is {upload_view(item).status} and can't be completed.",
-            code="upload_not_pending",
-        )
-    size = s3.size(item.bucket, item.key)
-    if size is None:
-        raise ApiError(
-            "Nothing was uploaded: PUT the file's bytes to upload_url first.", code="upload_incomplete"
-        )
-    if size != item.bytes:
-        raise ApiError(
-            f"The upload has {size} bytes, but {item.bytes} were announced.",
-            code="upload_size_mismatch",
-            param="bytes",
-        )
+        raise _not_pending(item, "be completed")
+    sources = _sources(item, request.part_ids)
     record = new_file_record(
         file_id=item.file_id,
-        size=size,
+        size=item.bytes,
         filename=item.filename,
         purpose=item.purpose,
         account_id=item.account_id,
     )
+    try:
+        md5 = s3.concatenate(
+            item.bucket, sources, record.key, expected_bytes=item.bytes, content_type=item.mime_type
+        )
+    except s3.SizeMismatch as error:  # only the PUT's object can differ: parts were counted above
+        raise ApiError(
+            f"The upload has {error.actual}{'+' if error.actual > error.expected else ''} bytes, "
+            f"but {item.bytes} were announced.",
+            code="upload_size_mismatch",
+            param="bytes",
+        ) from None
+    if request.md5 is not None and request.md5.lower() != md5:
+        s3.delete(record.bucket, record.key)
+        raise ApiError(
+            f"md5: the uploaded bytes have MD5 {md5}, not {request.md5.lower()}",
+            code="upload_md5_mismatch",
+            param="md5",
+        )
     files.put(record)
     done = uploads.finish(upload_id, "completed", file=file_object(record))
+    if done is not None:
+        _drop_staging(item)
     return upload_view(done or owned_upload(upload_id))
+
+
+def _drop_staging(item: UploadRecord) -> None:
+    """Delete what was staged for an upload (the lifecycle rule deletes whatever this misses)."""
+    for key in [item.key, *(part.key for part in uploads.parts(item.id).values())]:
+        s3.delete(item.bucket, key)
 
 
 @router.post("/v1/uploads/<upload_id>/cancel", responses=documented(None, 404, 409))
@@ -133,8 +243,6 @@ def cancel_upload(upload_id: UploadId) -> Upload:
         return upload_view(item)
     done = uploads.finish(upload_id, "cancelled")
     if done is None:
-        raise Conflict(
-            f"Upload {upload_id} is {item.status} and can't be cancelled.", code="upload_not_pending"
-        )
-    s3.delete(item.bucket, item.key)
+        raise _not_pending(item, "be cancelled")
+    _drop_staging(item)
     return upload_view(done)

@@ -102,11 +102,13 @@ class KServeV2Config(_Options):
     `eos_token`), tokenized with `tokenizer` (a `tokenizer.json` for the `tokenizers` library), and the
     answer detokenized; both files are required for chat. Each request is sent once: the shard worker
     retries 429/503 answers (see `RETIRED_OPTIONS`). `vocab_size`, `max_seq_len` and
-    `max_input_tokens`, when set, are checked before sending.
+    `max_input_tokens`, when set, are checked before sending. `api_key` is sent as
+    `Authorization: Bearer <key>` (this project's own `/v2` takes its API keys).
     """
 
     backend: Literal["kserve_v2"]
     base_url: AnyHttpUrl
+    api_key: SecretStr | None = None
     model: Annotated[str, StringConstraints(min_length=1, pattern=r"^[^/]+$")]
     tokenizer: Path | None = None
     tokenizer_config: Path | None = None

@@ -117,7 +117,9 @@ class KServeV2Backend:
         return TokenResult(ids, "stop" if stopped else "length")
 
     async def _post(self, body: dict[str, Any]) -> list[int]:
-        response = await post_json(self.url, body, timeout=self.config.timeout)
+        key = self.config.api_key
+        headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else None
+        response = await post_json(self.url, body, timeout=self.config.timeout, headers=headers)
         status = response.status
         if 200 <= status < 300:
             try:

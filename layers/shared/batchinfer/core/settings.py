@@ -61,13 +61,21 @@ class Settings(BaseSettings):
     # minute and batches not yet terminal. Over either, POST /v1/batches answers 429.
     max_creates_per_minute: int = Field(20, ge=1)
     max_active_batches: int = Field(10, ge=1)
+    # `/v2` token requests an account may have in flight at once (an account item may override it);
+    # over it, 429. Below TokenInferConcurrency, so one account cannot hold every /v2 environment.
+    max_infer_in_flight: int = Field(4, ge=1)
     # The account that owns batches started by an inbox upload (no API key is involved).
     inbox_account_id: str = "default"
     # Lifetime of presigned S3 URLs: downloads (large file contents, user-path results) and uploads.
     presign_seconds: int = Field(900, ge=60, le=7 * 24 * 3600)
-    upload_expires_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)
+    # At most a day: template.yaml's lifecycle deletes upload staging objects (uploads/) a day old.
+    upload_expires_seconds: int = Field(3600, ge=60, le=24 * 3600)
     # `cos://bucket.region/key` paths (TokenHub dialect) go to this S3-compatible endpoint; `{region}`
     # is replaced by the path's region (Tencent COS: https://cos.{region}.myqcloud.com). Empty: no COS.
+    # The AWS account that must own every S3 bucket the functions call (data bucket and TokenHub user
+    # buckets): sent as ExpectedBucketOwner, so a bucket name taken over by another account is refused
+    # (403) instead of read or written. The template sets the deployment's own account; empty: not sent.
+    expected_bucket_owner: str = ""
     cos_endpoint_url: str = ""
     cos_addressing_style: Literal["auto", "virtual", "path"] = "virtual"
     # Secrets Manager secret (name or ARN) holding {"access_key_id", "secret_access_key"} for COS;

@@ -189,6 +189,7 @@ def configure_account(
     allowed_buckets: list[str] | None = None,
     max_active_batches: int | None = None,
     max_creates_per_minute: int | None = None,
+    max_infer_in_flight: int | None = None,
     table: Table | None = None,
 ) -> Account:
     """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged).
@@ -206,6 +207,7 @@ def configure_account(
     for field, value in (
         ("max_active_batches", max_active_batches),
         ("max_creates_per_minute", max_creates_per_minute),
+        ("max_infer_in_flight", max_infer_in_flight),
     ):
         if value is not None:
             if value < 1:

@@ -229,6 +229,26 @@ class UploadRecord(Item):
     file: FileObject | None = None
 
 
+class UploadPart(Item):
+    """A part of an upload (`POST /v1/uploads/{id}/parts`): `bytes` bytes at `key` of the service bucket."""
+
+    id: str
+    object: Literal["upload.part"] = "upload.part"
+    created_at: int
+    upload_id: str
+    bytes: int
+    key: str
+
+
+class InferSlot(Item):
+    """One `/v2` request in flight of an account (`data.inflight`): `owner` holds it until `lease_until`
+    (Unix seconds); `ttl` lets DynamoDB remove it once long expired."""
+
+    owner: str
+    lease_until: int
+    ttl: int
+
+
 class ApiKey(Item):
     """A stored API key (never the secret itself)."""
 
@@ -255,6 +275,7 @@ class Account(Item):
     )
     max_active_batches: int | None = Field(None, ge=1)
     max_creates_per_minute: int | None = Field(None, ge=1)
+    max_infer_in_flight: int | None = Field(None, ge=1, description="`/v2` requests at once")
     created_at: int | None = Field(None, description="None: the account has no settings item")
 
     def allows(self, bucket_ref: str) -> bool:

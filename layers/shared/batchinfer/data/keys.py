@@ -17,9 +17,12 @@ an account's batches, files and API keys in creation order.
 | account          | `ACCOUNT#<account>` | `META`          |                     |                       |
 | active batches   | `ACCOUNT#<account>` | `LIMITS`        |                     |                       |
 | creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
+| `/v2` slot       | `ACCOUNT#<account>` | `INFER#<0000>`  |                     |                       |
+| upload part      | `UPLOAD#<id>`       | `PART#<part_id>`|                     |                       |
 
 Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, upload `UploadRecord`,
-API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`.
+API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`, `/v2` slot `InferSlot`,
+upload part `UploadPart`.
 
 A file expiry marks a result file whose batch set `output_expires_after`: `<at>` (10 digits) is
 when it expires, so the sweeper reads the due ones in one query of one partition (a marker is
@@ -30,7 +33,8 @@ written once per result file, far below a partition's write limit).
 Unix second a calendar minute starts at. A batch's shards share its partition, so one query reads
 them in shard order. The counters hold `active_batches` (batches counted by
 `batches.create_limited` and not yet terminal) and `creates` plus `ttl` (DynamoDB's time to live
-removes a minute's counter an hour after it).
+removes a minute's counter an hour after it). A `/v2` slot is one request in flight of the account
+(`data.inflight`), held until `lease_until`; `ttl` removes it later.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ META = "META"
 LIMITS = "LIMITS"
 BATCH_PREFIX = "BATCH#"
 SHARD_PREFIX = "SHARD#"
+INFER_SLOT_PREFIX = "INFER#"
+PART_PREFIX = "PART#"
 INDEX_ATTRIBUTES = ("PK", "SK", "GSI1PK", "GSI1SK")
 
 
@@ -109,6 +115,16 @@ def active_counter(account_id: str) -> Key:
 def rate_counter(account_id: str, minute: int) -> Key:
     """The key of an account's counter of batch creations in the calendar minute starting at `minute`."""
     return {"PK": account_partition(account_id), "SK": f"RATE#{minute}"}
+
+
+def infer_slot(account_id: str, slot: int) -> Key:
+    """The key of an account's `/v2` in-flight slot number `slot` (0-based)."""
+    return {"PK": account_partition(account_id), "SK": f"{INFER_SLOT_PREFIX}{slot:04d}"}
+
+
+def upload_part(upload_id: str, part_id: str) -> Key:
+    """The key of a part of an upload (in the upload's partition)."""
+    return {"PK": f"UPLOAD#{upload_id}", "SK": f"{PART_PREFIX}{part_id}"}
 
 
 # ---- GSI1 -------------------------------------------------------------------------------------------

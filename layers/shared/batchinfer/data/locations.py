@@ -126,13 +126,40 @@ def _cos_client(region: str, endpoint: str, style: str, secret: str) -> Any:
     )
 
 
+def _expect_owner(params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+    """botocore `before-parameter-build.s3` handler: `ExpectedBucketOwner` on every operation that takes
+    it (GetObject, PutObject, HeadBucket, the multipart calls ...), unless the caller set one.
+
+    Presigned URLs are left alone: the parameter would become a signed header their user must send.
+    """
+    owner = get_settings().expected_bucket_owner
+    if (
+        owner
+        and not context.get("is_presign_request")
+        and "ExpectedBucketOwner" in model.input_shape.members
+        and "ExpectedBucketOwner" not in params
+    ):
+        params["ExpectedBucketOwner"] = owner
+
+
+@lru_cache(maxsize=8)
+def _owner_checked(client: Any) -> Any:
+    # A handler on the client, not a parameter at each call: s3transfer's uploads make their own
+    # calls (CreateMultipartUpload, UploadPart ...), and no call can forget it.
+    client.meta.events.register("before-parameter-build.s3", _expect_owner, unique_id="expected-bucket-owner")
+    return client
+
+
 def s3_client(where: str | None = None) -> Any:
     """The boto3 S3 client for objects at `where` (`""`/None: AWS S3; `"cos:<region>"`: COS).
 
+    On AWS S3 every call but a presign carries `ExpectedBucketOwner` (the `EXPECTED_BUCKET_OWNER`
+    setting: the deployment's own account), for the data bucket and the user buckets of TokenHub
+    `s3://` paths alike: S3 answers 403 for a bucket of another account. COS has no such check.
     Raises `InvalidPath` for COS when the deployment has no `COS_ENDPOINT_URL`.
     """
     if not where:
-        return aws.client("s3")
+        return _owner_checked(aws.client("s3"))
     kind, _, region = where.partition(":")
     settings = get_settings()
     if kind != "cos" or not settings.cos_endpoint_url:

@@ -8,15 +8,20 @@ AWS S3, `"cos:<region>"` the configured COS endpoint.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
+import boto3
 from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from batchinfer.data.locations import s3_client
@@ -182,15 +187,69 @@ def content_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}"
 
 
-def presigned_put(bucket: str, key: str, *, expires_in: int, content_type: str | None = None) -> str:
-    """A URL that accepts one `PUT` of the object's bytes for `expires_in` seconds (service bucket).
+@cache
+def _sigv4_presigner(endpoint: str | None) -> Any:
+    # SigV4 signs the headers given (SigV2, boto3's default for presigning in us-east-1, cannot sign
+    # Content-Length): the URL then takes exactly the declared size and type.
+    return boto3.session.Session().client("s3", config=Config(signature_version="s3v4"))
 
-    With `content_type`, the PUT must send that `Content-Type` (it is part of the signature).
+
+def presigned_put(bucket: str, key: str, *, expires_in: int, content_type: str, content_length: int) -> str:
+    """A URL that accepts a `PUT` of exactly `content_length` bytes of `content_type` at `key` of the
+    service bucket for `expires_in` seconds: both headers are signed (SigV4 `X-Amz-SignedHeaders`),
+    so S3 refuses any other size or type with 403 `SignatureDoesNotMatch`.
     """
-    params: dict[str, Any] = {"Bucket": bucket, "Key": key}
-    if content_type:
-        params["ContentType"] = content_type
-    return s3_client().generate_presigned_url("put_object", Params=params, ExpiresIn=expires_in)
+    params = {"Bucket": bucket, "Key": key, "ContentType": content_type, "ContentLength": content_length}
+    return _sigv4_presigner(os.environ.get("AWS_ENDPOINT_URL")).generate_presigned_url(
+        "put_object", Params=params, ExpiresIn=expires_in
+    )
+
+
+class SizeMismatch(Exception):
+    """Objects concatenated by `concatenate` hold `actual` bytes where `expected` were declared (at
+    least `actual`: the copy stops as soon as it passes `expected`); nothing was written."""
+
+    def __init__(self, actual: int, expected: int) -> None:
+        super().__init__(f"{actual} bytes, {expected} expected")
+        self.actual, self.expected = actual, expected
+
+
+def concatenate(bucket: str, sources: list[str], key: str, *, expected_bytes: int, content_type: str) -> str:
+    """Write the objects `sources` of `bucket`, in order, as one object `key` of the same bucket, streamed
+    (about 1 MiB read at a time, 8 MiB parts written: memory does not grow with the size).
+
+    Returns the MD5 (hex) of the bytes written. Raises `SizeMismatch` before anything is written (the
+    multipart upload is aborted) when the sources do not hold exactly `expected_bytes` bytes. A
+    streamed copy, not `UploadPartCopy`: that copies parts of at least 5 MiB from one source each,
+    and the parts a client sends through the API are smaller than a request (6 MB).
+    """
+    digest = hashlib.md5(usedforsecurity=False)
+
+    def checked() -> Iterator[bytes]:
+        total = 0
+        for chunk in itertools.chain.from_iterable(iter_chunks(bucket, source) for source in sources):
+            total += len(chunk)
+            if total > expected_bytes:
+                raise SizeMismatch(total, expected_bytes)
+            digest.update(chunk)
+            yield chunk
+        if total != expected_bytes:
+            raise SizeMismatch(total, expected_bytes)
+
+    upload_stream(bucket, key, checked(), content_type)
+    return digest.hexdigest()
+
+
+def read_at_most(bucket: str, key: str, limit: int, *, where: str | None = None) -> bytes | None:
+    """The whole object if it holds at most `limit` bytes, else None, having read none of its body (the
+    size is the GET's `Content-Length`, so an object grown since it was recorded is never read whole).
+    """
+    response = s3_client(where).get_object(Bucket=bucket, Key=key)
+    body = response["Body"]
+    try:
+        return body.read() if int(response["ContentLength"]) <= limit else None
+    finally:
+        body.close()
 
 
 def size(bucket: str, key: str, *, where: str | None = None) -> int | None:

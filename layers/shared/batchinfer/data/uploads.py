@@ -1,12 +1,15 @@
-"""Upload records (`items.UploadRecord`, keys in `keys`): large files sent straight to S3 (`api.uploads`)."""
+"""Upload records (`items.UploadRecord`, keys in `keys`) and their parts (`items.UploadPart`, in the
+upload's partition): large files sent to S3 in parts or in one presigned PUT (`api.uploads`)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
+from boto3.dynamodb.conditions import Key
+
 from batchinfer.data import keys
-from batchinfer.data.items import UploadRecord
-from batchinfer.data.table import assignments, conditional, handle
+from batchinfer.data.items import UploadPart, UploadRecord
+from batchinfer.data.table import assignments, conditional, handle, items, now, transact
 from batchinfer.wire.openai import FileObject
 
 
@@ -37,3 +40,32 @@ def finish(
         ReturnValues="ALL_NEW",
     )
     return None if result is None else UploadRecord.model_validate(result["Attributes"])
+
+
+def add_part(part: UploadPart) -> bool:
+    """Store a part of a `pending`, unexpired upload, in one transaction with that check; False (nothing
+    stored) when the upload is not pending or has expired (it may have been completed meanwhile)."""
+    return not transact(
+        [
+            {
+                "ConditionCheck": {
+                    "Key": keys.upload(part.upload_id),
+                    "ConditionExpression": "#status = :pending AND expires_at > :now",
+                    "ExpressionAttributeNames": {"#status": "status"},
+                    "ExpressionAttributeValues": {":pending": "pending", ":now": now()},
+                }
+            },
+            {"Put": {"Item": {**keys.upload_part(part.upload_id, part.id), **part.stored()}}},
+        ]
+    )
+
+
+def parts(upload_id: str) -> dict[str, UploadPart]:
+    """Every part of an upload by id (consistent read)."""
+    found = items(
+        handle().query,
+        KeyConditionExpression=Key("PK").eq(keys.upload(upload_id)["PK"])
+        & Key("SK").begins_with(keys.PART_PREFIX),
+        ConsistentRead=True,
+    )
+    return {part.id: part for part in map(UploadPart.model_validate, found)}

@@ -73,15 +73,25 @@ class InferError(Exception):
     504 timeout, 5xx backend failure) and a `message` naming the field and the allowed range.
 
     `param` is the field's path (`parameters.top_k`, `inputs[0].data[3]`) when one is at fault;
-    `missing` says the field is required and absent.
+    `missing` says the field is required and absent; `headers` go with the HTTP answer
+    (`WWW-Authenticate` on a 401, `Retry-After` on a 429).
     """
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, missing: bool = False) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        missing: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.missing = missing
+        self.headers = headers or {}
 
     def body(self) -> dict[str, str]:
         """The KServe v2 error body `{"error": message}`."""

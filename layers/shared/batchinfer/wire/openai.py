@@ -9,7 +9,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from batchinfer.wire.status import BatchStatus
 
@@ -269,13 +269,33 @@ class CreateUploadRequest(BaseModel):
     mime_type: str = Field("application/jsonl", min_length=1, max_length=255)
 
 
+MAX_UPLOAD_PARTS = 10_000  # S3's own limit on the parts of one multipart upload
+
+
 class CompleteUploadRequest(BaseModel):
-    """Body of `POST /v1/uploads/{upload_id}/complete`; the bytes went to `upload_url`: no parts."""
+    """Body of `POST /v1/uploads/{upload_id}/complete`
+    (https://platform.openai.com/docs/api-reference/uploads/complete): the parts in the file's order,
+    or none when the bytes went to `upload_url`; `md5` (hex) of the whole file, checked when given."""
 
     model_config = ConfigDict(extra="forbid")
 
-    part_ids: list[str] = Field(default_factory=list, max_length=0, description="always empty here")
-    md5: str | None = None
+    part_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=MAX_UPLOAD_PARTS,
+        description="the parts in order; none: the bytes were PUT to upload_url",
+    )
+    md5: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{32}$")] | None = Field(
+        None, description="MD5 of the whole file, 32 hex digits"
+    )
+
+
+class UploadPartObject(BaseModel):
+    """OpenAI's Upload Part object (https://platform.openai.com/docs/api-reference/uploads/part-object)."""
+
+    id: str
+    object: Literal["upload.part"] = "upload.part"
+    created_at: int
+    upload_id: str
 
 
 class Upload(BaseModel):
@@ -294,7 +314,9 @@ class Upload(BaseModel):
         None, description="PUT the file's bytes here, then complete (pending only)"
     )
     upload_method: Literal["PUT"] = "PUT"
-    upload_headers: dict[str, str] = Field(default_factory=dict, description="headers the PUT must send")
+    upload_headers: dict[str, str] = Field(
+        default_factory=dict, description="headers the PUT must send (signed: exactly this type and size)"
+    )
 
 
 class Model(BaseModel):

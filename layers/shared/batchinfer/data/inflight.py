@@ -1,0 +1,111 @@
+"""Per-account bound on `/v2` requests in flight, across every Lambda environment: leased slots.
+
+An account bounded to N requests at once has N slot items (`keys.infer_slot`, numbers 0..N-1; an
+item exists once its slot was first taken). A request takes a slot with one conditional write that
+succeeds only if the slot is free (no item) or its lease ended (`lease_until < now`), and gives it
+back with a delete conditional on being its `owner`. So:
+
+- the bound holds under any concurrency: two environments can't both win the same conditional write,
+  and only N slot numbers exist;
+- a crashed or timed-out environment leaks its slot only until its lease ends (the function's
+  remaining time plus a margin), never forever: no counter to drift, no reset to run;
+- a request whose lease ended is not cut short: its slot may be taken by another, and its release
+  then deletes nothing (the owner differs).
+
+Chosen over a counter (`ADD n :one` with a condition): a counter needs the same lease per request to
+be repaired after a crash, so it would store the leases anyway. Cost: one consistent Query of the
+account's slots (to find the free ones without trying each), one conditional PutItem, one
+conditional DeleteItem per request. DynamoDB's TTL (`ttl`) removes long-expired slots, e.g. the
+numbers above a lowered bound. No library implements leases on DynamoDB's conditions for this
+(Powertools' Idempotency locks one key per request, not N per account), hence this module.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from boto3.dynamodb.conditions import Key
+
+from batchinfer.data import keys
+from batchinfer.data.items import InferSlot
+from batchinfer.data.table import Table, conditional, handle, now
+
+# A slot item is kept this long past its lease (DynamoDB TTL deletes within days anyway).
+SLOT_TTL_S = 3600
+
+
+class NoSlot(Exception):
+    """Every one of the account's `limit` slots is leased: the request must wait (HTTP 429)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"{limit} requests in flight")
+        self.limit = limit
+
+
+def _leased(account_id: str, table: Table) -> set[int]:
+    """The account's slot numbers whose lease has not ended (consistent read)."""
+    at = now()
+    found = table.query(
+        KeyConditionExpression=Key("PK").eq(keys.account_partition(account_id))
+        & Key("SK").begins_with(keys.INFER_SLOT_PREFIX),
+        ConsistentRead=True,
+    )["Items"]
+    return {
+        int(item["SK"].removeprefix(keys.INFER_SLOT_PREFIX))
+        for item in found
+        if int(item.get("lease_until", 0)) >= at
+    }
+
+
+def acquire(account_id: str, *, limit: int, owner: str, lease_s: int, table: Table | None = None) -> int:
+    """Take one of the account's `limit` slots for `lease_s` seconds; returns its number (0-based).
+
+    `owner` identifies the request (its id). Free slots are tried in random order, so concurrent
+    requests rarely race for the same one; a lost race tries the next. Raises `NoSlot` when all
+    `limit` are leased.
+    """
+    table = handle(table)
+    free = [slot for slot in range(limit) if slot not in _leased(account_id, table)]
+    random.shuffle(free)
+    for slot in free:
+        at = now()
+        item = InferSlot(owner=owner, lease_until=at + lease_s, ttl=at + lease_s + SLOT_TTL_S)
+        if (
+            conditional(
+                table.put_item,
+                Item={**keys.infer_slot(account_id, slot), **item.stored()},
+                ConditionExpression="attribute_not_exists(PK) OR lease_until < :now",
+                ExpressionAttributeValues={":now": at},
+            )
+            is not None
+        ):
+            return slot
+    raise NoSlot(limit)
+
+
+def release(account_id: str, slot: int, *, owner: str, table: Table | None = None) -> bool:
+    """Give back slot `slot` if `owner` still holds it; True when it was deleted (False: its lease
+    ended and another request took it, or it was released already)."""
+    return (
+        conditional(
+            handle(table).delete_item,
+            Key=keys.infer_slot(account_id, slot),
+            ConditionExpression="#owner = :owner",
+            ExpressionAttributeNames={"#owner": "owner"},
+            ExpressionAttributeValues={":owner": owner},
+        )
+        is not None
+    )
+
+
+@contextmanager
+def holding(account_id: str, *, limit: int, owner: str, lease_s: int) -> Iterator[int]:
+    """Hold a slot (see `acquire`, which raises `NoSlot`) while the block runs; released after it,
+    whatever the block raised."""
+    slot = acquire(account_id, limit=limit, owner=owner, lease_s=lease_s)
+    try:
+        yield slot
+    finally:
+        release(account_id, slot, owner=owner)
