@@ -65,7 +65,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "SHARDS_QUEUE_URL": made.queue_urls["ShardsQueue"],
         "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
         "SHARD_SIZE": "10",  # the override
-        "WORKER_CONCURRENCY": "64",  # the default, as the string CloudFormation passes
+        "WORKER_CONCURRENCY": "512",  # the default, as the string CloudFormation passes
         "EXPECTED_BUCKET_OWNER": "123456789012",
         "COS_ENDPOINT_URL": "",
         "COS_CREDENTIALS_SECRET": "batchinfer/cos",

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from batchinfer.backends.http import Answer, parse_retry_after, upstream_error
+from batchinfer.backends.http import Answer, parse_retry_after, retry_after_of, upstream_error
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,23 @@ def test_parse_retry_after_reads_seconds_and_http_dates(header: str | None, seco
     now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
 
     assert parse_retry_after(header, now=now) == seconds
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after-ms": "250", "retry-after": "1"}, 0.25),  # the milliseconds win
+        ({"retry-after-ms": "7"}, 0.007),
+        ({"retry-after-ms": "soon", "retry-after": "2"}, 2.0),  # unreadable: the seconds
+        ({"retry-after-ms": "-5", "retry-after": "2"}, 2.0),
+        ({"retry-after": "3"}, 3.0),
+        ({}, None),
+    ],
+)
+def test_retry_after_reads_the_milliseconds_header_first(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    assert retry_after_of(headers) == seconds
 
 
 def answer(status: int, body: bytes = b"", retry_after: str | None = None) -> Answer:

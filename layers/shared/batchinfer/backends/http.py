@@ -30,6 +30,7 @@ __all__ = [
     "closing",
     "parse_retry_after",
     "post_json",
+    "retry_after_of",
     "retryable_status",
     "upstream_error",
 ]
@@ -159,6 +160,22 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, seconds) if seconds == seconds else None
 
 
+def retry_after_of(headers: Any) -> float | None:
+    """Seconds to wait from an answer's headers (a case-insensitive mapping), or None: `retry-after-ms`
+    (milliseconds; OpenAI and Azure OpenAI send it, the `openai` SDK reads it first) before
+    `retry-after` (`parse_retry_after`): whole seconds are far too coarse for a token bucket that
+    refills every few milliseconds."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = float("nan")
+        if ms == ms and ms >= 0:
+            return ms / 1000
+    return parse_retry_after(headers.get("retry-after"))
+
+
 def retryable_status(status: int) -> bool:
     """Whether an upstream answer with HTTP `status` may succeed when sent again (408, 429, 5xx)."""
     return status in RETRYABLE_4XX or status >= 500
@@ -192,7 +209,7 @@ def upstream_error(
             code=code,
             param=param,
             retryable=True,
-            retry_after=parse_retry_after(answer.headers.get("retry-after")),
+            retry_after=retry_after_of(answer.headers),
         )
     if 400 <= status < 500:
         return BackendError(status, message, type=type or "invalid_request_error", code=code, param=param)
