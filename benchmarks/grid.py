@@ -109,24 +109,33 @@ def _rss_kb(pid: str) -> int:
 
 
 def worker_rss_mib() -> float:
-    """The largest RSS among the shard worker's execution environments (processes whose environment
-    names the ShardWorker function, less the zygote they fork from), in MiB; 0 when none runs. An
-    environment's RSS counts the pages it shares with the zygote (the imports)."""
-    found: dict[str, tuple[str, int]] = {}  # pid -> (parent pid, RSS kB)
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    """The largest RSS among this process's shard worker execution environments (descendants whose
+    environment names the ShardWorker function, less the zygote they fork from), in MiB; 0 when none
+    runs. An environment's RSS counts the pages it shares with the zygote (the imports)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # gone
+                continue
+    ours = {os.getpid()}
+    grew = True
+    while grew:  # the descendants of this process (the stack's zygotes fork its environments)
+        more = {pid for pid, parent in parents.items() if parent in ours} - ours
+        ours |= more
+        grew = bool(more)
+    best = 0
+    forks = {parents[pid] for pid in ours if pid in parents}
+    for pid in ours - forks:
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
-                if b"ShardWorker" not in environ.read():
-                    continue
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                parent = stat.read().rsplit(b")", 1)[1].split()[1].decode()
-            found[pid] = (parent, _rss_kb(pid))
-        except (OSError, IndexError):  # gone, or not ours
+                if b"ShardWorker" in environ.read():
+                    best = max(best, _rss_kb(str(pid)))
+        except OSError:
             continue
-    parents = {parent for parent, _ in found.values()}
-    return max((rss for pid, (_, rss) in found.items() if pid not in parents), default=0) / 1024
+    return best / 1024
 
 
 class RssSampler(threading.Thread):

@@ -94,3 +94,19 @@ def test_answer_summary_is_the_body_text_or_the_status_line() -> None:
     assert answer(503, b"  overloaded \n").summary() == "overloaded"
     assert answer(503, b"x" * 600).summary() == "x" * 500
     assert answer(503).summary() == "HTTP 503 Reason"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [({}, False), ({"HTTPS_PROXY": "http://proxy:3128"}, True), ({"http_proxy": "http://p:1"}, True)],
+)
+def test_the_proxy_environment_is_read_only_when_a_proxy_is_set(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], expected: bool
+) -> None:
+    from batchinfer.backends import http
+
+    for name in http.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert http.proxied() is expected

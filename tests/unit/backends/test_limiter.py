@@ -109,6 +109,19 @@ def test_startup_grows_by_two_per_answer_while_the_limit_holds_requests_back() -
     assert (c.window, c.state) == (84.0, c.STARTUP)
 
 
+def test_a_first_burst_answered_out_of_order_is_not_a_queue() -> None:
+    # Given 64 requests sent at once (in flight 1..64 when sent, nothing delivered yet), answered in
+    # the reverse order within 20 ms of 1 s: the order the server took 64 new connections in
+    c = LimitController(512, initial=64)
+    for k, i in enumerate(reversed(range(64))):
+        c.limited = True
+        c.on_success(1.0 + k * 0.0003, Permit(0, 0.0, i + 1, 0), 1.0 + k * 0.0003)
+
+    # Then it is still in startup and grew by 2 per answer: the request sent 64th, answered first,
+    # saw 1 delivered during its RTT but did not wait
+    assert (c.state, c.cuts, c.window) == (c.STARTUP, 0, 64.0 + 2 * 64)
+
+
 def test_without_latency_rules_a_queue_moves_nothing() -> None:
     c = LimitController(8, initial=8, latency=False)
     for i in range(50):  # rtt ten times the base: a queue, for the latency rules
