@@ -122,6 +122,57 @@ def test_a_first_burst_answered_out_of_order_is_not_a_queue() -> None:
     assert (c.state, c.cuts, c.window) == (c.STARTUP, 0, 64.0 + 2 * 64)
 
 
+def _round(c: LimitController, start: float, in_flight: int, rtt: float, n: int, **kw: Any) -> float:
+    """`n` answers of requests sent at `start` with `in_flight` out, each after `rtt` s (one round)."""
+    for k in range(n):
+        c.limited = True
+        c.on_success(
+            start + rtt + k * 1e-4, Permit(c.epoch, start + k * 1e-5, in_flight, c.delivered), rtt, **kw
+        )
+    return start + rtt + n * 1e-4
+
+
+def _steady(c: LimitController) -> float:
+    """Past startup at a window of 100 (a refusal with 100 still out), base RTT 1.0 s: the time."""
+    c.on_success(0.5, Permit(0, 0.0, 1, 0), 1.0)
+    c.on_refused(1.0, Permit(0, 0.0, 101, 0), 100)
+    assert (c.state, c.limit) == (c.STEADY, 100)
+    return 1.0
+
+
+def test_a_queue_in_the_latency_cuts_to_the_estimate_and_the_cut_holds_when_throughput_does() -> None:
+    # A round is judged when the first answer to a request sent after its first answer comes back
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    t = _round(c, t, 100, 1.25, 100)  # rtt 1.25 with 100 out: the server holds 80, 20 queue
+    t = _round(c, t + 0.01, 100, 1.25, 100)  # its first answer judges the round before
+    assert (c.cuts, c.limit) == (2, 80)  # the refusal, then the latency cut to 100 * 1.0 / 1.25
+    t = _round(c, t + 0.01, 80, 1.0, 80)  # 80 out at 1.0 s: the same 80 req/s as before the cut
+    _round(c, t + 0.01, 80, 1.0, 80)
+    assert (c.limit, c.rebased) == (82, 0)  # kept, and no queue: a probe of 0.25 * sqrt(80)
+
+
+def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased() -> None:
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    t = _round(c, t, 100, 1.25, 100)
+    t = _round(c, t + 0.01, 100, 1.25, 100)
+    assert c.limit == 80
+    # After the cut, 80 out and the RTT still 1.2 s: 67 req/s instead of 80 (the delay was not a queue)
+    t = _round(c, t + 0.01, 80, 1.2, 80)
+    _round(c, t + 0.01, 80, 1.2, 80)
+    assert (c.limit, c.rebased, c.base.value) == (100, 1, 1.2)
+
+
+def test_no_latency_cut_while_our_own_loop_is_cpu_bound() -> None:
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    for _ in range(4):  # RTT 1.25 with 100 out, but the loop reports itself saturated
+        t = _round(c, t + 0.01, 100, 1.25, 100, saturated=True)
+    assert (c.cuts, c.saturated_rounds) == (1, 2)
+    assert c.limit == 108  # it probed up: 2.5, then 5 (accelerating); refusals and Retry-After bound it
+
+
 def test_without_latency_rules_a_queue_moves_nothing() -> None:
     c = LimitController(8, initial=8, latency=False)
     for i in range(50):  # rtt ten times the base: a queue, for the latency rules
