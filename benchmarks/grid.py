@@ -5,7 +5,7 @@ Cells: both server kinds (`refusing`: 429 beyond C, as TGI; `queueing`: a FIFO b
 C in {8, 32, 128, 512} x L in {0.2, 1.0} s, plus a tokens-per-minute throttled server (`tpm`: a token
 bucket, 429 with `retry-after-ms`, as hosted APIs). Each cell:
 
-- a batch of n = max(20 C, 400) requests (20 rounds or more) through the local stack (upload, then
+- a batch of n = max(20 C, 400, 8 s x C/L) requests (20 rounds or more) through the local stack (upload, then
   timed from `POST /v1/batches` to the batch seen `completed`: prepare, the shard workers, the
   aggregator), its own model name in the registry (so a cold limiter: the workers find C afresh);
 - the same n requests through `AsyncOpenAI` (default transport, `max_retries=20`) with a semaphore of
@@ -17,8 +17,8 @@ bucket, 429 with `retry-after-ms`, as hosted APIs). Each cell:
   the README's cost basis: the shard worker billed its wall time).
 
 One stack and one server process serve the whole grid (`sim_backend`'s `/reset` sets each cell's kind
-and sizes). ShardSize 5,120: one shard up to C = 128, two shards in parallel (two workers, two
-limiters sharing the server) at C = 512.
+and sizes). ShardSize 5,120: one shard up to C = 128, 2 (L = 1.0) or 4 (L = 0.2) shards in
+parallel at C = 512 (as many shard workers, each with its limiter, sharing the server).
 
     .venv/bin/python -m benchmarks.grid                       # the whole grid (about 15 minutes)
     .venv/bin/python -m benchmarks.grid --kinds queueing --cs 8,32 --ls 0.2
@@ -48,16 +48,20 @@ KINDS = ("refusing", "queueing")
 CAPACITIES = (8, 32, 128, 512)
 LATENCIES = (0.2, 1.0)
 ROUNDS = 20
+MIN_SECONDS = 8.0
 SHARD_SIZE = 5120
 # The TPM cell: a bucket worth TPM_RATE requests/s (of this benchmark's requests), L = TPM_LATENCY s,
 # one second of burst: it needs rate x L = 40 in flight; n = 20 s of the rate.
 TPM_RATE, TPM_LATENCY, TPM_BURST = 80.0, 0.5, 1.0
 SDK_MAX_RETRIES = 20
+WARM_MODEL = "sim-warm"
 
 
-def cell_size(capacity: int) -> int:
-    """Requests of a cell's batch: at least `ROUNDS` rounds of C, and at least 400."""
-    return max(ROUNDS * capacity, 400)
+def cell_size(capacity: int, latency: float) -> int:
+    """Requests of a cell's batch: at least `ROUNDS` rounds of C, 400, and `MIN_SECONDS` of the
+    server's time (C/L x MIN_SECONDS: a batch's fixed cost, about a second on the local stack, is
+    then a small part of it, as in any real batch)."""
+    return max(ROUNDS * capacity, 400, round(MIN_SECONDS * capacity / latency))
 
 
 def _body(i: int, model: str) -> dict[str, Any]:
@@ -253,7 +257,7 @@ def cells(
 ) -> list[dict[str, Any]]:
     """The grid's cells in the order they run: {kind, C, L, n, model}."""
     out = [
-        {"kind": k, "C": c, "L": lat, "n": cell_size(c), "model": f"sim-{k}-{c}-{lat:g}"}
+        {"kind": k, "C": c, "L": lat, "n": cell_size(c, lat), "model": f"sim-{k}-{c}-{lat:g}"}
         for k in kinds
         for lat in latencies
         for c in capacities
@@ -286,7 +290,7 @@ def measure(
             + "".join(
                 f"  {c['model']}:\n    backend: openai\n    base_url: {server.base_url}\n    model: sim\n"
                 "    timeout: 600\n"
-                for c in grid
+                for c in [*grid, {"model": WARM_MODEL}]
             )
         )
         with LocalStack(
@@ -295,6 +299,11 @@ def measure(
             function_environment={"MODEL_REGISTRY": str(registry)},
         ) as stack:
             client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key, timeout=300)
+            # A warm stack (its functions' imports done, as a warm Lambda), and what one batch costs
+            # besides its requests: a 1-request batch against a server of L = 10 ms.
+            server.configure(kind="refusing", capacity=8, latency=0.01)
+            overhead = run_batch(stack, client, server, WARM_MODEL, 1, Path(tmp))["seconds"]
+            say(f"a 1-request batch, create to completed: {overhead:.2f} s")
             for index, cell in enumerate(grid):
                 n, model = cell["n"], cell["model"]
                 if cell["kind"] == "tpm":
@@ -316,7 +325,7 @@ def measure(
                 row = _row(cell, params, told, got, loads[-1])
                 rows.append(row)
                 say(format_row(row))
-    return {"rows": rows, "seconds": time.monotonic() - started, "loads": loads}
+    return {"rows": rows, "seconds": time.monotonic() - started, "loads": loads, "overhead_s": overhead}
 
 
 def _row(

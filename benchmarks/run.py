@@ -95,7 +95,8 @@ def grid(rows: list[Row], notes: list[str]) -> str:
     sdk_cpu = ", ".join(f"{r['sdk_cpu_ms']:.1f}" for r in cells)
     notes.append(
         f"grid: load average before each cell {', '.join(f'{x:.1f}' for x in result['loads'])} "
-        f"({os.cpu_count()} CPUs); SDK CPU per request "
+        f"({os.cpu_count()} CPUs); a 1-request batch takes {result['overhead_s']:.2f} s from create to "
+        f"completed (in every cell's time); SDK CPU per request "
         f"{sdk_cpu} ms"
     )
     return bench.table(cells)

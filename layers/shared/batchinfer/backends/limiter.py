@@ -167,6 +167,7 @@ class WindowedMin:
         self._rotated = None  # type: float | None
 
     def add(self, now: float, value: float) -> None:
+        """Record `value` at time `now` (seconds)."""
         if self._rotated is None:
             self._rotated = now
         elif now - self._rotated >= self.window:
@@ -175,10 +176,12 @@ class WindowedMin:
             self._current = value
 
     def reset(self, value: float) -> None:
+        """Forget every sample: `value` is the minimum from now on (a re-based RTT)."""
         self._current = self._previous = value
 
     @property
     def value(self) -> float | None:
+        """The minimum, or None before any sample."""
         best = min(self._current, self._previous)
         return None if best == math.inf else best
 
@@ -255,12 +258,15 @@ class LimitController:
 
     @property
     def limit(self) -> int:
+        """Requests allowed in flight: the window rounded, within the bounds."""
         return max(self.minimum, min(self.maximum, int(self.window + 0.5)))
 
     def paced(self, now: float) -> bool:
+        """Whether sends are paced at `now` (for `pace_for` s after a Retry-After)."""
         return now < self.paced_until
 
     def pace_interval(self) -> float:
+        """Seconds between two paced sends: base RTT / window (0 before any RTT)."""
         base = self.base.value
         return 0.0 if base is None else base / max(1.0, self.window)
 
