@@ -107,6 +107,15 @@ def test_release_only_by_the_owner(running: str) -> None:
     assert shards.claim(running, 0, owner="w2", lease_seconds=60).lease_owner == "w2"
 
 
+def test_a_continuation_hands_its_attempt_back(running: str) -> None:
+    assert stored(running, 0)["attempts"] == 1
+    assert shards.release(running, 0, owner="w2", continuation=True) is False  # not the holder: unchanged
+    assert stored(running, 0)["attempts"] == 1
+    assert shards.release(running, 0, owner="w1", continuation=True) is True
+    assert "lease_until" not in stored(running, 0) and stored(running, 0)["attempts"] == 0
+    assert shards.claim(running, 0, owner="w2", lease_seconds=60).attempts == 1
+
+
 def test_bump_redrives_counts_from_one(moto_aws: Aws) -> None:
     shards.put("b", new_shard())
     assert shards.get("b", 0).redrives is None

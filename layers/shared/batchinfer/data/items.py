@@ -185,7 +185,7 @@ class Shard(Item):
     parts: list[ResultPart] = Field(default_factory=list)
     completed: int = 0
     failed: int = 0
-    attempts: int = Field(0, description="claims so far")
+    attempts: int = Field(0, description="claims so far less continuations (handed back)")
     redrives: int | None = Field(None, description="re-drives by the sweeper; absent until the first")
     lease_owner: str | None = None
     lease_until: int | None = Field(None, description="the lease's end; absent when not leased")

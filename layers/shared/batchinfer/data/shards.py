@@ -70,16 +70,20 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
     return None if result is None else Shard.model_validate(result["Attributes"])
 
 
-def release(batch_id: str, shard_no: int, *, owner: str) -> bool:
-    """Give up `owner`'s lease early (continuations), so the next message can claim the shard at once.
-    Returns False when `owner` does not hold it (nothing changed)."""
+def release(batch_id: str, shard_no: int, *, owner: str, continuation: bool = False) -> bool:
+    """Give up `owner`'s lease early, so the next message can claim the shard at once. A `continuation`
+    (the invocation ran short of time and committed what it finished) hands its attempt back too:
+    only claims whose holder died count toward `max_shard_attempts` (issue 12), so a healthy shard that
+    needs many invocations keeps going. Returns False when `owner` does not hold it (nothing changed).
+    """
+    handed_back = " SET attempts = attempts - :one" if continuation else ""
     return (
         conditional(
             handle().update_item,
             Key=keys.shard(batch_id, shard_no),
-            UpdateExpression="REMOVE lease_until",
+            UpdateExpression=f"REMOVE lease_until{handed_back}",
             ConditionExpression="lease_owner = :owner",
-            ExpressionAttributeValues={":owner": owner},
+            ExpressionAttributeValues={":owner": owner, **({":one": 1} if continuation else {})},
         )
         is not None
     )

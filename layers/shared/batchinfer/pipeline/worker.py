@@ -671,7 +671,8 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     Progress is committed every `checkpoint_seconds`, so a crash re-sends to the model at most the
     requests since the last checkpoint; results written by an attempt that died before its commit
     are committed as they are, not run again. A shard claimed more than `max_shard_attempts` times
-    (it keeps killing its worker) has its remaining requests written as `processing_failed` errors.
+    (it keeps killing its worker; a continuation hands its claim back) has its remaining requests
+    written as `processing_failed` errors.
     """
     settings = get_settings()
     batch_id, shard_no = message.batch_id, message.shard
@@ -757,7 +758,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         _end_early(batch_id, link.ending)
         return "stopped"
     if start < size:
-        shards.release(batch_id, shard_no, owner=owner)
+        shards.release(batch_id, shard_no, owner=owner, continuation=True)
         sqs.send(settings.shards_queue_url, [message])
         return "continued"
     _finalize_if_last(batch_id)
