@@ -164,15 +164,6 @@ def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased(
     assert (c.limit, c.rebased, c.base.value) == (100, 1, 1.2)
 
 
-def test_no_latency_cut_while_our_own_loop_is_cpu_bound() -> None:
-    c = LimitController(512, initial=101)
-    t = _steady(c)
-    for _ in range(4):  # RTT 1.25 with 100 out, but the loop reports itself saturated
-        t = _round(c, t + 0.01, 100, 1.25, 100, saturated=True)
-    assert (c.cuts, c.saturated_rounds) == (1, 2)
-    assert c.limit == 108  # it probed up: 2.5, then 5 (accelerating); refusals and Retry-After bound it
-
-
 def test_without_latency_rules_a_queue_moves_nothing() -> None:
     c = LimitController(8, initial=8, latency=False)
     for i in range(50):  # rtt ten times the base: a queue, for the latency rules

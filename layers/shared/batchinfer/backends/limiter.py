@@ -32,12 +32,8 @@ minimum shows nothing) and W the mean in flight when they were sent:
 A latency cut after which the RTT does not fall by at least half the predicted amount, or after
 which the throughput (Little's law, w / rtt over the round) falls by 10% or more, is undone and
 the base RTT re-set to today's (the delay was not our queue: a slower backend, a CPU-starved client;
-Vegas's known weak spot, a stale base RTT). And while the client's own event-loop thread is
-CPU-bound (it ran or waited for a CPU `SATURATED`, 80%, of the time: /proc/thread-self/schedstat),
-no latency cut is made at all: the answers then wait in our socket buffers, not in the backend's
-queue, and a cut would only lower throughput (measured: a CPU-starved client on a refusing C = 512
-server cut itself to ~200 and ran at 40-70% of the same client with a fixed window). A CPU-bound
-client cannot keep a queue at a server whose capacity is above its own rate, so growth goes on.
+Vegas's known weak spot, a stale base RTT; measured: on a machine at load 5-12, a client on a
+refusing C = 512 server that cut on such delays ran at 40-70% of the same client with a fixed window).
 
 The band is a fraction of W, so the standing queue is a few % of C at any size; the probe step grows
 slower than the limit (sublinear) so workers sharing one server drift to equal shares (the smaller
@@ -110,22 +106,8 @@ __all__ = [
 
 # In startup, an answer whose RTT is this fraction over the base RTT waited in a queue.
 STARTUP_WAITED = 0.1
-# The event loop's thread is CPU-bound when it ran or waited for a CPU this fraction of the time: then
-# the RTT it measures is its own (answers wait to be read), not the backend's queue.
-SATURATED = 0.8
 # A latency cut is undone when the next round's throughput (w / rtt) is this fraction below the last.
 CUT_LOSS = 0.1
-
-
-def thread_busy_seconds() -> float:
-    """Seconds this thread has run on a CPU or waited in the run queue for one (Linux
-    /proc/thread-self/schedstat: on-CPU and run-queue ns); its CPU time alone where that is absent."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as stat:
-            ran, waited = stat.read().split()[:2]
-        return (int(ran) + int(waited)) / 1e9
-    except (OSError, ValueError):
-        return time.thread_time()
 
 
 # ---------------------------------------------------------------------------------------------- pure
@@ -240,10 +222,8 @@ class LimitController:
         self._round_mark = None  # type: float | None
         self._round_rtt = 0.0
         self._round_lag = 0.0
-        self._round_saturated = False
-        self.saturated_rounds = 0  # rounds whose latency was our own CPU's (no latency cut)
-        # (rtt, in flight, state before) of the last latency cut, until the next round judged it
-        self._check = None  # type: tuple[float, float, str] | None
+        # (rtt, in flight) of the last latency cut, until the next round judged it
+        self._check = None  # type: tuple[float, float] | None
         self.rebased = 0
         self._suspect = False  # the last round showed a small queue
         self._round_w = 0.0
@@ -282,13 +262,9 @@ class LimitController:
         self._round_mark = None
         self._new_round(now)  # of requests sent from now on
 
-    def on_success(
-        self, now: float, permit: Permit, rtt: float, lag: float = 0.0, saturated: bool = False
-    ) -> None:
+    def on_success(self, now: float, permit: Permit, rtt: float, lag: float = 0.0) -> None:
         """A request sent with `permit` was answered after `rtt` seconds; `lag`: how late our own event
-        loop runs now (part of `rtt` that is ours, not the backend's); `saturated`: our loop is
-        CPU-bound (`SATURATED`), so the RTT is ours and no latency cut is made (growth goes on, as
-        refusals and Retry-After still bound it)."""
+        loop runs now (part of `rtt` that is ours, not the backend's)."""
         self.delivered += 1
         self.base.add(now, rtt)
         base = self.base.value or rtt
@@ -313,10 +289,9 @@ class LimitController:
             # Only an answer that waited says the server queues: the first burst's answers come back in
             # the order the server took its new connections, not the order they were sent, so one of
             # them can see fewer delivered before it than were sent before it, without any queue.
-            waited = own > (1.0 + STARTUP_WAITED) * base and not saturated
+            waited = own > (1.0 + STARTUP_WAITED) * base
             if waited and permit.in_flight - estimate > max(high, 2.0):  # a queue: C is the estimate
                 self._cut(estimate, now)
-                self._check = (own, float(permit.in_flight), self.STARTUP)
             elif self.limited:
                 self._set(self.window + self.startup_growth)
             return
@@ -335,7 +310,6 @@ class LimitController:
                 self._round_mark = now
         self._round_rtt += rtt
         self._round_lag += lag
-        self._round_saturated = self._round_saturated or saturated
         self._round_w += permit.in_flight
         self._round_n += 1
 
@@ -355,7 +329,6 @@ class LimitController:
                 self.base.reset(rtt)
                 self.rebased += 1
                 self._set(max(self.window, before[1]))
-                self.state = before[2]  # a wrong startup cut: startup goes on
                 self._new_round(now, changed=True)
                 return
         # Little's law over the round: throughput = w / mean rtt, so the backend serves w * base/rtt
@@ -363,9 +336,6 @@ class LimitController:
         # where a queue of k means k requests of each wave wait a whole L and the rest none.
         estimate = self.estimate = w * min(1.0, base / rtt)
         q = w - estimate
-        if self._round_saturated:  # the delay is our own CPU's: no signal of a queue at the backend
-            self.saturated_rounds += 1
-            q = 0.0
         low, high = queue_band(w, *self.band)
         if q > high:
             # A queue: cut to the estimate at once if it is large, else when the next round shows it
@@ -373,7 +343,7 @@ class LimitController:
             if q > min(2 * high, 0.1 * w) or self._suspect:
                 self._suspect = False
                 self._cut(estimate, now)
-                self._check = (rtt, w, self.STEADY)
+                self._check = (rtt, w)
                 return
             self._suspect = True
             self._new_round(now, False)
@@ -397,7 +367,6 @@ class LimitController:
         self._round_start = now if changed or self._round_mark is None else self._round_mark
         self._round_mark = None
         self._round_rtt, self._round_w, self._round_n, self._round_lag = 0.0, 0.0, 0, 0.0
-        self._round_saturated = False
         self.limited = False
 
     def _max_recent(self, now: float, estimate: float, span: float) -> float:
@@ -457,12 +426,10 @@ class AdaptiveLimiter:
         *,
         clock=time.monotonic,
         lag_probe: float = 0.01,
-        busy=thread_busy_seconds,
         **options,
     ) -> None:
         """`maximum`: the safety cap on requests in flight; `clock`: seconds (monotonic); `lag_probe`:
-        seconds between the event-loop lag timer's ticks (0: none); `busy`: seconds the loop's thread
-        was busy (`thread_busy_seconds`); `options`: `LimitController`'s."""
+        seconds between the event-loop lag timer's ticks (0: none); `options`: `LimitController`'s."""
         self.control = LimitController(maximum, **options)
         self.clock = clock
         self.in_flight = 0
@@ -479,11 +446,6 @@ class AdaptiveLimiter:
         self._probe: asyncio.TimerHandle | None = None
         self._probe_due = 0.0
         self.lag_probe = lag_probe
-        # How much of the time the loop's thread ran or waited for a CPU (0..1, an average over the
-        # lag probe's ticks): at `SATURATED` or above, RTTs are ours (`LimitController.on_success`).
-        self.busy = busy
-        self.saturation = 0.0
-        self._busy, self._busy_at = 0.0, None  # type: float, float | None
 
     @property
     def limit(self) -> int:
@@ -523,11 +485,6 @@ class AdaptiveLimiter:
         now = self.clock()
         late = max(0.0, now - self._probe_due)
         self.lag = late if late > self.lag else 0.7 * self.lag + 0.3 * late  # fast up, slow down
-        busy, at = self.busy(), now
-        if self._busy_at is not None and at > self._busy_at:
-            share = min(1.0, (busy - self._busy) / (at - self._busy_at))
-            self.saturation += 0.1 * (share - self.saturation)  # over ~10 ticks (>= 100 ms)
-        self._busy, self._busy_at = busy, at
         if self.in_flight or self._waiters:
             self._probe_due = now + self.lag_probe
             self._probe = asyncio.get_running_loop().call_later(self.lag_probe, self._lag_tick)
@@ -591,7 +548,7 @@ class AdaptiveLimiter:
             self.control.on_refused(now, permit, self.in_flight, retry_after)
         elif sample:
             rtt = now - permit.sent_at if latency is None else latency
-            self.control.on_success(now, permit, rtt, self.lag, self.saturation >= SATURATED)
+            self.control.on_success(now, permit, rtt, self.lag)
         if self.trace is not None:
             self.trace.append((now, self.limit, self.in_flight))
         self._wake()
