@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     max_line_bytes: int = Field(1024 * 1024, ge=1)
     max_line_errors: int = Field(1_000, ge=1, description="cap on errors.data entries of a failed batch")
+    max_errors_bytes: int = Field(
+        100 * 1024, ge=1024, description="cap on the JSON bytes of errors.data (a DynamoDB item holds 400 KB)"
+    )
     inbox_prefix: str = "inbox/"
     outbox_prefix: str = "outbox/"
     model_registry: Path = DEFAULT_REGISTRY

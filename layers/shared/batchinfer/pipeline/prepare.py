@@ -86,6 +86,7 @@ def prepare_batch(batch_id: str) -> str:
         max_line_bytes=settings.max_line_bytes,
         max_errors=settings.max_line_errors,
         model_names=registry.names(),
+        max_error_bytes=settings.max_errors_bytes,
     )
     written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
