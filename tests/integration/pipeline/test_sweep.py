@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, shards
+from batchinfer.data import batches, s3, shards
 from batchinfer.data.items import BatchChanges, ResultPart
 from batchinfer.data.table import now
-from batchinfer.pipeline import aggregate, prepare, sweep
+from batchinfer.pipeline import aggregate, prepare, sweep, worker
 from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
 from support.moto_env import Aws
@@ -140,6 +140,24 @@ def test_a_shard_redriven_too_often_is_failed_and_the_batch_ends(
         )
         for i in (1, 2)
     ]
+
+
+def test_giving_up_on_a_shard_a_worker_just_claimed_writes_nothing(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a shard the sweeper found without a lease, claimed by a worker the moment after (issue 12)
+    batch_id = prepared(moto_aws, lines(2), monkeypatch)
+    shard = shards.get(batch_id, 0)
+    assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
+
+    # When the sweeper gives up on it
+    failed = worker.fail_shard(batch_id, shard, "given up")
+
+    # Then nothing is written under the worker (its result key is its own) and nothing counted
+    assert failed is False
+    assert s3.head_metadata(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) is None
+    after = shards.get(batch_id, 0)
+    assert (after.state, after.next_index, after.failed, after.lease_owner) == ("pending", 0, 0, "worker")
 
 
 def test_terminal_batches_are_never_touched(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
