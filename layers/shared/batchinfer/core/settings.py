@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     window_hour_seconds: int = Field(3600, ge=1)
     # Claims of one shard before its remaining requests are failed (below the queue's maxReceiveCount).
     max_shard_attempts: int = Field(4, ge=1)
+    max_finalize_attempts: int = Field(
+        5, ge=1, description="aggregator runs that could not write the result files before the batch fails"
+    )
     # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).
     shard_lease_seconds: int | None = Field(None, ge=1)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.

@@ -113,6 +113,9 @@ class BatchHeader(Item):
     output_expires_at: int | None = Field(
         None, description="when the result files expire (created_at + output_expires_after.seconds)"
     )
+    finalize_failures: int | None = Field(
+        None, description="aggregator runs that could not write the result files; absent until the first"
+    )
 
     def shown_counts(self) -> tuple[RequestCounts, TokenTotals]:
         """The counts GET shows: committed ones, plus while the batch is open the shard workers'
