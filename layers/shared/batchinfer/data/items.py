@@ -95,6 +95,8 @@ class BatchHeader(Item):
     input_bucket: str
     input_key: str
     input_where: str = Field("", description="the storage of input_bucket (`data.locations`): '' is S3")
+    input_version_id: str | None = Field(None, description="the object version prepare reads (inbox uploads)")
+    input_etag: str | None = Field(None, description="the ETag prepare requires (If-Match; inbox uploads)")
     output_bucket: str
     output_prefix: str = Field(description="key prefix of output.jsonl / error.jsonl")
     output_where: str = ""
