@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     shard_lease_seconds: int | None = Field(None, ge=1)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.
     stuck_after_seconds: int = Field(900, ge=1)
+    # A shard message not received in this long is gone: the shards queue keeps messages 4 days
+    # (SQS's default MessageRetentionPeriod), and one that kept failing before its claim sits in the DLQ.
+    shard_wait_seconds: int = Field(4 * 86400, ge=1)
     # Per-account limits (an account item may override them): batch creations per calendar
     # minute and batches not yet terminal. Over either, POST /v1/batches answers 429.
     max_creates_per_minute: int = Field(20, ge=1)

@@ -195,6 +195,16 @@ class Shard(Item):
     lease_owner: str | None = None
     lease_until: int | None = Field(None, description="the lease's end; absent when not leased")
     updated_at: int | None = Field(None, description="time of the last commit")
+    queued_at: int | None = Field(
+        None, description="when a message for it was sent that no claim has received yet; absent once claimed"
+    )
+
+    def waiting(self, at: int, wait_seconds: int) -> bool:
+        """True while a message for it waits in the queue: sent (prepare, a continuation, a re-drive),
+        not claimed since, and younger than `wait_seconds` (older: SQS dropped it, or it kept failing
+        before any claim and sits in the DLQ). Waiting in a backlog is not failure (issue 12): only a
+        shard whose holder died, or whose message is gone, is re-driven."""
+        return self.queued_at is not None and at - self.queued_at < wait_seconds
 
 
 class FileRecord(Item):

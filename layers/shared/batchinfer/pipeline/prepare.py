@@ -17,6 +17,7 @@ from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, Shard
+from batchinfer.data.table import now
 from batchinfer.validation.file import FileValidator
 from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.wire.status import BatchStatus
@@ -117,8 +118,9 @@ def prepare_batch(batch_id: str) -> str:
         )
     if validator.error_count:
         return _fail(batch_id, [e.model_dump() for e in validator.errors])
+    queued_at = now()  # their messages are sent below: each waits in the queue until its claim
     for shard in written:
-        shards.put(batch_id, shard)
+        shards.put(batch_id, shard.model_copy(update={"queued_at": queued_at}))
     started = batches.transition(
         batch_id,
         BatchStatus.IN_PROGRESS,
