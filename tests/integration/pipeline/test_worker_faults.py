@@ -251,11 +251,14 @@ def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
 ) -> None:
     # Given a shard whose message never gets processed (say every delivery died and it sits in the DLQ)
-    batch_id, _ = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
-    time.sleep(1.1)
+    # (a message not received within SHARD_WAIT_SECONDS is gone)
+    batch_id, _ = start(
+        moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2", SHARD_WAIT_SECONDS="1"
+    )
     # When the sweeper finds it stuck: it re-drives it twice, then gives up on it
     sweeps = []
     for _ in range(3):
+        time.sleep(1.1)
         sweeps.append(moto_aws.invoke("SweeperFunction", {}))
         moto_aws.messages("ShardsQueue")  # the re-driven messages die too
     assert [(s["shards"], s["failed_shards"]) for s in sweeps] == [(1, 0), (1, 0), (0, 1)]

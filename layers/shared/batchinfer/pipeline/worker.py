@@ -785,17 +785,29 @@ def _finalize_if_last(batch_id: str) -> None:
         sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
 
 
+# The lease owner of the sweeper's claims (`fail_shard`): not a worker.
+SWEEPER_OWNER = "sweeper/"
+
+
 def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     """Record a shard's unfinished requests as `processing_failed` error lines (its messages keep dying).
 
-    Returns False when another attempt committed first (nothing written counts).
+    The shard is claimed first, as a worker would, so no worker writes its result key meanwhile (each
+    writer of a key holds the shard's lease: issue 12). Returns False when a live lease holds it or
+    another attempt committed first (nothing written counts; the sweeper looks again later).
     """
     settings = get_settings()
-    start, size = shard.next_index, shard.size
+    owner = f"{SWEEPER_OWNER}{batch_id}"
+    claimed = shards.claim(batch_id, shard.shard, owner=owner, lease_seconds=60)
+    if claimed is None:
+        return False
+    start, size = claimed.next_index, claimed.size
+    shard = claimed
     requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))[start:]
     data, counts = never_ran(batch_id, requests, "processing_failed", reason)
     part = _write_part(batch_id, shard.shard, start, size, data, 0, counts)
-    if not shards.commit(batch_id, shard.shard, part, size=size, **counts):
+    if not shards.commit(batch_id, shard.shard, part, size=size, **counts):  # the commit ends the lease
+        shards.release(batch_id, shard.shard, owner=owner)
         return False
     _finalize_if_last(batch_id)
     return True
