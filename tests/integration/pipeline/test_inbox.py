@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from batchinfer.core import ids
-from batchinfer.data import batches, s3
+from batchinfer.data import accounts, batches, s3
+from batchinfer.wire.status import BatchStatus
 from support.moto_env import Aws, load_event, sqs_event
 
 LINE = json.dumps(
@@ -53,7 +54,7 @@ def test_keys_are_decoded_exactly_once(moto_aws: Aws, real_key: str, encoded_key
     etag = uploaded(moto_aws, real_key, LINE.encode())["s3"]["object"]["eTag"]
     event = sqs_event([{"Records": [s3_record(moto_aws.bucket, encoded_key, etag=etag)]}])
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
-    batch_id = ids.batch_id_for_object(moto_aws.bucket, real_key, etag)
+    batch_id = ids.batch_id_for_object(moto_aws.bucket, real_key, f"{etag}:0A1B")  # ETag:sequencer
     header = batches.get(batch_id)
     assert (header.input_key, header.status) == (real_key, "validating")
     assert header.output_prefix == "outbox/" + real_key.removeprefix("inbox/").removesuffix(".jsonl") + "/"
@@ -142,3 +143,80 @@ def test_prepare_reads_the_object_the_event_named_not_a_later_overwrite(
                 "its new upload starts a batch of its own",
             )
         ]
+
+
+def upload_and_trigger(aws: Aws, key: str, deliveries: int = 1) -> str:
+    """Upload one request at `key` and deliver its notification `deliveries` times; the batch id the
+    upload started."""
+    record = uploaded(aws, key, f"{LINE}\n".encode())
+    for _ in range(deliveries):
+        assert aws.invoke("UploadTriggerFunction", sqs_event([{"Records": [record]}])) == {
+            "batchItemFailures": []
+        }
+    [started] = [b for b in batches.page("default", limit=100)[0] if b.input_key == key]
+    return started.id
+
+
+@pytest.mark.parametrize(
+    ("limits", "code", "message"),
+    [
+        (
+            {"max_active_batches": 1},
+            "active_batch_limit_exceeded",
+            "This account has 1 batches that have not finished, the most it may have: this upload was "
+            "not run; upload the file again once one has ended or cancel one.",
+        ),
+        (
+            {"max_creates_per_minute": 1},
+            "rate_limit_exceeded",
+            "Rate limit reached: 1 batch creations per minute: this upload was not run; upload the "
+            "file again in a minute.",
+        ),
+    ],
+    ids=["active", "rate"],
+)
+def test_an_inbox_upload_over_an_account_limit_fails_its_batch_and_says_which(
+    moto_aws: Aws, limits: dict[str, int], code: str, message: str
+) -> None:
+    # Given the inbox account at its limit after one upload (issue 12: the inbox bypassed the limits)
+    accounts.configure_account("default", **limits)
+    first = upload_and_trigger(moto_aws, "inbox/one.jsonl")
+    assert moto_aws.messages("PrepareQueue") == [{"batch_id": first}]
+
+    # When a second upload arrives (its notification delivered twice)
+    second = upload_and_trigger(moto_aws, "inbox/two.jsonl", deliveries=2)
+
+    # Then its batch exists and failed, naming the limit in OpenAI's errors.data; it is not counted,
+    # never prepared, and its input is still there
+    header = batches.get(second)
+    assert (header.status, header.active_counted, header.failed_at is not None) == ("failed", None, True)
+    assert header.errors.model_dump() == {
+        "object": "list",
+        "data": [{"code": code, "message": message, "param": None, "line": None}],
+    }
+    assert moto_aws.messages("PrepareQueue") == []
+    assert accounts.active_batches("default") == 1
+    assert batches.get(first).status == "validating"
+    assert s3.s3_client().head_object(Bucket=moto_aws.bucket, Key="inbox/one.jsonl")["ContentLength"] > 0
+
+
+def test_the_same_bytes_uploaded_again_start_a_new_batch(moto_aws: Aws) -> None:
+    # An upload refused at the limit is run by uploading it again, even unchanged (same ETag)
+    accounts.configure_account("default", max_active_batches=1)
+    first = upload_and_trigger(moto_aws, "inbox/one.jsonl")
+    refused = upload_and_trigger(moto_aws, "inbox/two.jsonl")
+    assert batches.transition(first, BatchStatus.CANCELLING) is not None
+    assert batches.transition(first, BatchStatus.CANCELLED) is not None
+    moto_aws.messages("PrepareQueue")
+    record = uploaded(moto_aws, "inbox/two.jsonl", f"{LINE}\n".encode())
+    record["s3"]["object"]["sequencer"] = "0A1C"  # S3's next event for that key
+    assert moto_aws.invoke("UploadTriggerFunction", sqs_event([{"Records": [record]}])) == {
+        "batchItemFailures": []
+    }
+    [again] = [b for b in batches.page("default", limit=100)[0] if b.id not in (first, refused)]
+    assert (again.input_key, again.status, batches.get(refused).status) == (
+        "inbox/two.jsonl",
+        "validating",
+        "failed",
+    )
+    assert moto_aws.messages("PrepareQueue") == [{"batch_id": again.id}]

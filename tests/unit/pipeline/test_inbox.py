@@ -12,14 +12,25 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 
 from batchinfer.core import ids
 from batchinfer.core.settings import Settings
+from batchinfer.data.accounts import BatchLimits
+from batchinfer.data.items import Account
 from batchinfer.pipeline import inbox
 
 
 @pytest.fixture
 def created(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The arguments of every `intake.create_batch` call (with the default prefixes)."""
+    """The arguments of every `intake.create_batch` call (with the default prefixes, and the limits
+    of an inbox account allowed 3 active batches and 7 creations a minute)."""
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(inbox.intake, "create_batch", lambda **fields: calls.append(fields))
+    monkeypatch.setattr(inbox.accounts, "get_account", lambda account_id: Account(account_id=account_id))
+    monkeypatch.setattr(
+        inbox.accounts,
+        "batch_limits",
+        lambda account: (
+            BatchLimits(max_active=3, max_per_minute=7) if account.account_id == "default" else None
+        ),
+    )
     use_settings(monkeypatch)
     return calls
 
@@ -83,7 +94,7 @@ def test_an_inbox_upload_becomes_a_chat_batch_with_results_in_the_outbox(
 ) -> None:
     batch_id = inbox.start_from_record(record("inbox/q1+summary+%282%29.jsonl", eTag="e1"))
     key = "inbox/q1 summary (2).jsonl"
-    assert batch_id == ids.batch_id_for_object("data", key, "e1")
+    assert batch_id == ids.batch_id_for_object("data", key, "e1:0A1B")
     assert created == [
         {
             "batch_id": batch_id,
@@ -97,6 +108,10 @@ def test_an_inbox_upload_becomes_a_chat_batch_with_results_in_the_outbox(
             "completion_window": "24h",
             "output_bucket": "data",
             "output_prefix": "outbox/q1 summary (2)/",
+            # the account's limits, and over one a failed batch rather than an exception
+            "max_active": 3,
+            "max_per_minute": 7,
+            "refuse": "fail",
         }
     ]
 
@@ -105,7 +120,7 @@ def test_an_inbox_upload_becomes_a_chat_batch_with_results_in_the_outbox(
     ("obj", "version"),
     [
         ({"versionId": "v1", "eTag": "e1"}, "v1"),  # a versioned bucket: each overwrite is a new batch
-        ({"eTag": "e1"}, "e1"),
+        ({"eTag": "e1"}, "e1:0A1B"),  # unversioned: the same bytes uploaded again are a new batch too
         ({}, "0A1B"),  # no version, no eTag: the sequencer
     ],
     ids=["version", "etag", "sequencer"],

@@ -96,7 +96,7 @@ def create_batch(request: CreateBatchRequest) -> Batch:
             code="invalid_request",
             param="output_expires_after",
         )
-    settings, batch_id = get_settings(), _batch_id(account_id)
+    batch_id, limits = _batch_id(account_id), accounts.batch_limits(account)
     try:
         item = intake.create_batch(
             batch_id=batch_id,
@@ -116,24 +116,16 @@ def create_batch(request: CreateBatchRequest) -> Batch:
             output_target=plan.output_target,
             output_user_s3_path=request.output_user_s3_path,
             output_user_cos_path=request.output_user_cos_path,
-            max_active=account.max_active_batches or settings.max_active_batches,
-            max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute,
+            max_active=limits.max_active,
+            max_per_minute=limits.max_per_minute,
             output_expires_after=request.output_expires_after.seconds
             if request.output_expires_after
             else None,
         )
     except accounts.LimitExceeded as error:
-        if error.kind == "rate":
-            raise TooManyRequests(
-                f"Rate limit reached: {error.limit} batch creations per minute.",
-                code="rate_limit_exceeded",
-                retry_after=error.retry_after,
-            ) from None
+        remedy = "." if error.kind == "rate" else "; wait for one to end or cancel one."
         raise TooManyRequests(
-            f"This account has {error.limit} batches that have not finished, the most it "
-            "may have; wait for one to end or cancel one.",
-            code="active_batch_limit_exceeded",
-            retry_after=error.retry_after,
+            error.reached + remedy, code=error.code, retry_after=error.retry_after
         ) from None
     return batch_view(item)
 

@@ -18,7 +18,9 @@ import secrets
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
+from pydantic import BaseModel, Field
 
+from batchinfer.core.settings import get_settings
 from batchinfer.data import keys
 from batchinfer.data.items import Account, ApiKey, KeyPointer
 from batchinfer.data.table import (
@@ -41,11 +43,43 @@ RATE_TTL_S = 3600
 
 class LimitExceeded(Exception):
     """A batch creation over an account limit: `kind` is `active` (batches not yet terminal) or `rate`
-    (creations in this calendar minute); `limit` the limit; `retry_after` seconds worth waiting."""
+    (creations in this calendar minute); `limit` the limit; `retry_after` seconds worth waiting.
+
+    `code` is the OpenAI error code naming it (`rate_limit_exceeded`, OpenAI's own, or
+    `active_batch_limit_exceeded`) and `reached` the sentence saying so, for the API's 429 and for
+    the `errors.data` entry of a refused inbox upload alike."""
 
     def __init__(self, kind: str, limit: int, retry_after: int) -> None:
         super().__init__(f"{kind} limit {limit} reached")
         self.kind, self.limit, self.retry_after = kind, limit, retry_after
+
+    @property
+    def code(self) -> str:
+        return "rate_limit_exceeded" if self.kind == "rate" else "active_batch_limit_exceeded"
+
+    @property
+    def reached(self) -> str:
+        if self.kind == "rate":
+            return f"Rate limit reached: {self.limit} batch creations per minute"
+        return f"This account has {self.limit} batches that have not finished, the most it may have"
+
+
+class BatchLimits(BaseModel):
+    """The limits a batch creation of one account is held to (`batches.create_limited`)."""
+
+    max_active: int = Field(description="batches counted and not yet terminal")
+    max_per_minute: int = Field(description="creations in one calendar minute")
+
+
+def batch_limits(account: Account) -> BatchLimits:
+    """The account's batch limits: its own settings where it has them, else the deployment's
+    (`Settings.max_active_batches`, `max_creates_per_minute`). The one rule for `POST /v1/batches`
+    and inbox uploads alike."""
+    settings = get_settings()
+    return BatchLimits(
+        max_active=account.max_active_batches or settings.max_active_batches,
+        max_per_minute=account.max_creates_per_minute or settings.max_creates_per_minute,
+    )
 
 
 # ---- keys -----------------------------------------------------------------------------------------

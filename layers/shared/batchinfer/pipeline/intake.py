@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, sqs
+from batchinfer.data import accounts, batches, sqs
 from batchinfer.data.items import BatchHeader
 from batchinfer.data.table import now
-from batchinfer.wire.openai import InputSource, OutputTarget, window_hours
+from batchinfer.wire.openai import BatchErrors, InputSource, LineErrorOut, OutputTarget, window_hours
 from batchinfer.wire.status import BatchStatus
 
 
@@ -34,6 +36,7 @@ def create_batch(
     max_active: int | None = None,
     max_per_minute: int | None = None,
     output_expires_after: int | None = None,
+    refuse: Literal["raise", "fail"] = "raise",
     at: int | None = None,
 ) -> BatchHeader:
     """Store a batch in `validating`, count it against its account and hand it to prepare.
@@ -45,6 +48,9 @@ def create_batch(
     `input_version_id` / `input_etag` pin the object prepare reads (the upload an S3 event named).
     `max_active` / `max_per_minute` are the account's limits (None: counted, never refused).
     `output_expires_after`: seconds after creation at which the result files expire (None: never).
+    `refuse` says what a creation over a limit does: `raise` `accounts.LimitExceeded` (the API answers
+    429), or `fail`: store the batch `failed`, not counted and never prepared, with one `errors.data`
+    entry naming the limit (inbox uploads: nobody waits for an answer; see `pipeline.inbox`).
     `at` is the creation time (Unix seconds, default now).
     Returns the stored header (the existing one when `batch_id` was created before).
     Raises ValueError for a bad `completion_window`, `accounts.LimitExceeded` over a limit.
@@ -76,12 +82,35 @@ def create_batch(
         output_where=output_where,
         output_expires_at=None if output_expires_after is None else created_at + output_expires_after,
     )
-    created = batches.create_limited(
-        header, max_active=max_active, max_per_minute=max_per_minute, at=created_at
-    )
+    try:
+        created = batches.create_limited(
+            header, max_active=max_active, max_per_minute=max_per_minute, at=created_at
+        )
+    except accounts.LimitExceeded as error:
+        if refuse == "raise":
+            raise
+        batches.put(refused(header, error))  # or it exists already: a repeated event
+        created = False
     stored = header.model_copy(update={"active_counted": True}) if created else batches.get(batch_id)
     assert stored is not None
     if stored.status == BatchStatus.VALIDATING:
         # Also on a repeated create: the first attempt may have died before sending (prepare is idempotent).
         sqs.send(settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
     return stored
+
+
+def refused(header: BatchHeader, error: accounts.LimitExceeded) -> BatchHeader:
+    """`header` ended `failed` at its creation because of `error`: its `errors.data` entry has the
+    limit's code (`rate_limit_exceeded` / `active_batch_limit_exceeded`) and says how to run it."""
+    remedy = "in a minute" if error.kind == "rate" else "once one has ended or cancel one"
+    entry = LineErrorOut(
+        code=error.code,
+        message=f"{error.reached}: this upload was not run; upload the file again {remedy}.",
+    )
+    return header.model_copy(
+        update={
+            "status": BatchStatus.FAILED,
+            "failed_at": header.created_at,
+            "errors": BatchErrors(data=[entry]),
+        }
+    )
