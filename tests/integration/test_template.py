@@ -98,6 +98,20 @@ def test_globals_environment_names_every_setting() -> None:
     ) == (500, 512)
 
 
+def test_the_account_limits_reach_every_function_that_creates_batches() -> None:
+    # POST /v1/batches and inbox uploads hold an account to the same limits (accounts.batch_limits)
+    limits = {
+        "MAX_ACTIVE_BATCHES": {"Ref": "MaxActiveBatches"},
+        "MAX_CREATES_PER_MINUTE": {"Ref": "MaxCreatesPerMinute"},
+    }
+    having = {
+        function
+        for function in FUNCTIONS
+        if limits.items() <= merged(function)["Environment"]["Variables"].items()
+    }
+    assert having == {"ApiFunction", "UploadTriggerFunction"}
+
+
 @pytest.mark.parametrize("function", FUNCTIONS)
 def test_every_function_handler_file_exists(function: str) -> None:
     properties = merged(function)
@@ -241,14 +255,31 @@ def test_table_keys_index_and_ttl() -> None:
         {"AttributeName": "PK", "KeyType": "HASH"},
         {"AttributeName": "SK", "KeyType": "RANGE"},
     ]
-    [index] = table["GlobalSecondaryIndexes"]
-    assert index == {
-        "IndexName": "GSI1",
-        "KeySchema": [
-            {"AttributeName": "GSI1PK", "KeyType": "HASH"},
-            {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "ALL"},
+    assert table["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": "GSI1",
+            "KeySchema": [
+                {"AttributeName": "GSI1PK", "KeyType": "HASH"},
+                {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        },
+        {  # sparse (data/keys.py): the open batches the sweeper reads, keys only
+            "IndexName": "OpenBatches",
+            "KeySchema": [
+                {"AttributeName": "OPENPK", "KeyType": "HASH"},
+                {"AttributeName": "OPENSK", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        },
+    ]
+    assert {d["AttributeName"] for d in table["AttributeDefinitions"]} == {
+        "PK",
+        "SK",
+        "GSI1PK",
+        "GSI1SK",
+        "OPENPK",
+        "OPENSK",
     }
     assert table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
     assert table["BillingMode"] == "PAY_PER_REQUEST"

@@ -92,3 +92,20 @@ def small_pages(monkeypatch: pytest.MonkeyPatch, operation: str, limit: int = 1)
 
     monkeypatch.setattr(resource, operation, paged)
     return calls
+
+
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Record every read of the batch table (`get_item`, `query`, `scan`) as (operation, parameters,
+    answer): what DynamoDB read is the answer's `ScannedCount` (query, scan) or its `Item` (get)."""
+    resource = aws.table()
+    seen: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    for operation in ("get_item", "query", "scan"):
+        real = getattr(resource, operation)
+
+        def recorded(*, _operation: str = operation, _real: Any = real, **params: Any) -> Any:
+            answer = _real(**params)
+            seen.append((_operation, params, answer))
+            return answer
+
+        monkeypatch.setattr(resource, operation, recorded)
+    return seen

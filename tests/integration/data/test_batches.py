@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
 from batchinfer.core import aws
 from batchinfer.data import accounts, batches, keys
 from batchinfer.data.accounts import LimitExceeded
-from batchinfer.data.items import BatchChanges
+from batchinfer.data.items import BatchChanges, BatchHeader
 from batchinfer.data.table import CONFLICT_ATTEMPTS, TransactionConflict
 from batchinfer.wire.openai import BatchErrors, LineErrorOut, RequestCounts
 from batchinfer.wire.status import BatchStatus
@@ -42,6 +43,8 @@ def test_put_stores_the_header_once_with_its_keys(moto_aws: Aws) -> None:
         "PK": "BATCH#batch_1",
         "SK": "META",
         "GSI1PK": "ACCOUNT#acct",
+        "OPENPK": "OPEN",  # open: in the OpenBatches index
+        "OPENSK": "batch_1",
         "id": "batch_1",
         "object": "batch",
         "account_id": "acct",
@@ -293,15 +296,129 @@ def test_page_after_a_batch_the_account_does_not_own_is_empty(moto_aws: Aws) -> 
     assert batches.page("acct", limit=10, after=mine.id) == ([], False)
 
 
-def test_scan_open_finds_every_non_terminal_batch(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def open_index() -> list[str]:
+    """The batch ids in `OpenBatches`, read from the index itself."""
+    answer = aws.table().query(
+        IndexName="OpenBatches",
+        KeyConditionExpression="OPENPK = :open",
+        ExpressionAttributeValues={":open": "OPEN"},
+    )
+    return [entry["OPENSK"] for entry in answer["Items"]]
+
+
+def test_only_open_batches_are_in_the_open_index_and_an_ending_one_leaves_it(moto_aws: Aws) -> None:
+    # Given a batch stored in every status (a terminal header stored as such: an inbox upload refused)
+    by_status = {status: batch_header(id=f"batch_{status.value}", status=status) for status in BatchStatus}
+    for header in by_status.values():
+        batches.put(header)
+    assert sorted(open_index()) == [
+        "batch_cancelling",
+        "batch_finalizing",
+        "batch_in_progress",
+        "batch_validating",
+    ]
+    assert (stored("batch_validating")["OPENPK"], stored("batch_validating")["OPENSK"]) == (
+        "OPEN",
+        "batch_validating",
+    )
+    assert "OPENPK" not in stored("batch_completed") and "OPENSK" not in stored("batch_completed")
+
+    # When open batches end: a counted one (transaction) and one not counted (single update)
+    counted_batch = batch_header(id="batch_counted")
+    assert batches.create_limited(counted_batch, max_active=5, max_per_minute=None)
+    assert "batch_counted" in open_index()
+    assert batches.transition("batch_counted", BatchStatus.FAILED) is not None
+    assert batches.transition("batch_validating", BatchStatus.FAILED) is not None
+    # and a transition whose condition fails (finalizing -> failed is allowed, validating -> completed not)
+    assert batches.transition("batch_in_progress", BatchStatus.COMPLETED) is None
+
+    # Then both left the index (their index attributes removed in the same write), the rest stayed
+    assert sorted(open_index()) == ["batch_cancelling", "batch_finalizing", "batch_in_progress"]
+    for batch_id in ("batch_counted", "batch_validating"):
+        item = stored(batch_id)
+        assert (item["status"], "OPENPK" in item, "OPENSK" in item) == ("failed", False, False)
+    assert counted() == 0
+
+
+def test_open_headers_reads_the_index_page_by_page(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     by_status = {status: batch_header(status=status) for status in BatchStatus}
     for header in by_status.values():
         batches.put(header)
     accounts.ensure_account("acct")  # other items in the table are not batches
-    calls = small_pages(monkeypatch, "scan", limit=1)
-    found = sorted(batches.scan_open(), key=lambda h: h.status)
+    calls = small_pages(monkeypatch, "query", limit=1)
+    found = sorted(batches.open_headers(), key=lambda h: h.status)
     assert [h.status for h in found] == sorted(
         [BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING, BatchStatus.CANCELLING]
     )
     assert all(h == by_status[h.status] for h in found)
-    assert len(calls) == len(by_status) + 1  # pages of one item: 8 headers and the account's settings
+    # pages of one entry (moto ends the last one without a next key), all from the index
+    assert [c["IndexName"] for c in calls] == ["OpenBatches"] * 4
+
+
+def test_a_header_ended_after_the_index_named_it_is_skipped(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the index is eventually consistent: it may still name a batch that ended a moment ago)
+    header = batch_header(id="batch_late")
+    batches.put(header)
+    monkeypatch.setattr(
+        batches, "get", lambda batch_id: header.model_copy(update={"status": BatchStatus.FAILED})
+    )
+    assert list(batches.open_headers()) == []
+
+
+def put_before_the_index(header: BatchHeader) -> None:
+    """Store `header` as the code before `OpenBatches` did: without the index attributes."""
+    record = {**keys.batch(header.id), **header.stored()}
+    aws.table().put_item(Item=record)
+
+
+def test_the_backfill_puts_old_open_batches_into_the_index_once_resuming_page_by_page(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given headers written before the index: one per status
+    for status in BatchStatus:
+        put_before_the_index(batch_header(id=f"batch_{status.value}", status=status))
+    batches.put(batch_header(id="batch_new"))  # and one written since: in the index already
+    assert open_index() == ["batch_new"]
+    scans = small_pages(monkeypatch, "scan", limit=3)
+
+    # When the backfill runs two pages a sweep (10 items, 3 a page: 4 pages)
+    first = batches.backfill_open_index(max_pages=2)
+    progress = aws.table().get_item(Key=keys.open_backfill())["Item"]
+    assert (len(scans), progress["done"], len(open_index())) == (2, False, 1 + first)
+    second = batches.backfill_open_index(max_pages=2)
+    assert len(scans) == 4
+
+    # Then every open one is in the index, no terminal one; the scan resumed where it stopped and ended
+    assert sorted(open_index()) == [
+        "batch_cancelling",
+        "batch_finalizing",
+        "batch_in_progress",
+        "batch_new",
+        "batch_validating",
+    ]
+    assert first + second == 4
+    assert scans[2]["ExclusiveStartKey"] == progress["position"]
+    assert aws.table().get_item(Key=keys.open_backfill())["Item"] == {**keys.open_backfill(), "done": True}
+    # and it never scans again
+    assert batches.backfill_open_index() is None
+    assert len(scans) == 4
+
+
+def test_the_backfill_leaves_a_batch_that_ended_meanwhile_out(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = batch_header(id="batch_old")
+    put_before_the_index(old)
+    real_scan = aws.table().scan
+
+    def scan_then_end(**params: Any) -> Any:
+        answer = real_scan(**params)
+        assert batches.transition("batch_old", BatchStatus.FAILED) is not None  # ends after the scan saw it
+        return answer
+
+    monkeypatch.setattr(aws.table(), "scan", scan_then_end)
+    assert batches.backfill_open_index() == 0
+    assert open_index() == []
+    assert "OPENPK" not in stored("batch_old")

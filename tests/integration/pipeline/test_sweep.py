@@ -18,6 +18,7 @@ from batchinfer.data.table import now
 from batchinfer.pipeline import aggregate, prepare, sweep, worker
 from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
+from support.data import reads
 from support.moto_env import Aws
 from support.pipeline import create, prepared, result_lines, run_shard
 from support.scripted import SCRIPTED, scripted_model
@@ -199,20 +200,49 @@ def test_giving_up_on_a_shard_a_worker_just_claimed_writes_nothing(
     assert (after.state, after.next_index, after.failed, after.lease_owner) == ("pending", 0, 0, "worker")
 
 
-def test_terminal_batches_are_never_touched(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a completed, a failed and a cancelled batch
-    completed = prepared(moto_aws, lines(1), monkeypatch)
+def ended_batches(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A completed, a failed and a cancelled batch (their ids), every queue drained after."""
+    completed = prepared(aws, lines(1), monkeypatch)
     assert run_shard(completed, 0) == "done"
     assert aggregate.finalize_batch(completed) == "completed"
-    failed = create(moto_aws, b"{oops\n", monkeypatch)
+    failed = create(aws, b"{oops\n", monkeypatch)
     assert prepare.prepare_batch(failed) == "failed"
-    cancelled = create(moto_aws, lines(1), monkeypatch)
+    cancelled = create(aws, lines(1), monkeypatch)
     assert batches.transition(cancelled, BatchStatus.CANCELLING) is not None
     assert aggregate.finalize_batch(cancelled) == "cancelled"
     for queue in QUEUES:
-        moto_aws.messages(queue)
-    ended = [batches.get(batch_id) for batch_id in (completed, failed, cancelled)]
+        aws.messages(queue)
+    return [completed, failed, cancelled]
+
+
+def test_terminal_batches_are_never_touched(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a completed, a failed and a cancelled batch
+    ended_ids = ended_batches(moto_aws, monkeypatch)
+    ended = [batches.get(batch_id) for batch_id in ended_ids]
     # When the sweeper runs long after their windows closed
     assert sweep_later(3 * 24 * 3600) == NO_ACTIONS
-    assert [batches.get(batch_id) for batch_id in (completed, failed, cancelled)] == ended
+    assert [batches.get(batch_id) for batch_id in ended_ids] == ended
     assert [moto_aws.messages(queue) for queue in QUEUES] == [[], [], []]
+
+
+def test_a_sweep_reads_the_open_batches_and_no_item_of_an_ended_one(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a completed, a failed and a cancelled batch, and an open one whose prepare message was lost
+    ended_batches(moto_aws, monkeypatch)
+    lost = create(moto_aws, lines(1), monkeypatch)
+    assert sweep.sweep() == NO_ACTIONS  # (the first sweep also ends the one-off backfill: nothing to add)
+
+    # When the sweeper runs once the open batch is quiet, its reads recorded
+    seen = reads(monkeypatch)
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "prepare": 1}
+
+    # Then it found the open batch, from one query of the open-batch index that read one entry, and
+    # read that batch's header and the backfill's marker: no scan, no item of an ended batch
+    assert moto_aws.messages("PrepareQueue") == [{"batch_id": lost}]
+    assert [(op, params.get("IndexName"), params.get("Key")) for op, params, _ in seen] == [
+        ("get_item", None, {"PK": "SWEEPER", "SK": "OPEN_BACKFILL"}),
+        ("query", "OpenBatches", None),
+        ("get_item", None, {"PK": f"BATCH#{lost}", "SK": "META"}),
+    ]
+    assert (seen[1][2]["ScannedCount"], seen[1][2]["Items"][0]["OPENSK"]) == (1, lost)

@@ -72,7 +72,8 @@ class Fake:
         for target, name, fake in [
             (sweep, "get_settings", lambda: settings),
             (sweep, "now", lambda: AT),
-            (sweep.batches, "scan_open", lambda: iter(headers)),
+            (sweep.batches, "open_headers", lambda: iter(headers)),
+            (sweep.batches, "backfill_open_index", lambda: None),
             (sweep.batches, "transition", transition),
             (sweep.shards, "query", query),
             (sweep.shards, "bump_redrives", bump_redrives),

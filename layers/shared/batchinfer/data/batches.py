@@ -6,6 +6,12 @@ Every status change is an `update_item` whose condition lists the allowed source
 Batches created through `create_limited` are counted in their account's active-batch counter
 (`active_counted` on the header); the one write that makes such a batch terminal decrements it in the
 same transaction, so the counter is exact under concurrent creates and transitions.
+
+Open batches are in the sparse index `OpenBatches` (`keys.open_batch`): a header is written with its
+index attributes unless it is terminal already, and the one write that makes it terminal REMOVEs
+them, so the index holds exactly the open batches and the sweeper reads those only
+(`open_headers`). Headers written before the index existed are put into it once by
+`backfill_open_index`.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from typing import Any
 
 from batchinfer.data import accounts, keys
 from batchinfer.data.accounts import ACTIVE_RETRY_AFTER_S, LimitExceeded
-from batchinfer.data.items import BatchChanges, BatchHeader, LiveProgress
+from batchinfer.data.items import BatchChanges, BatchHeader, LiveProgress, OpenBackfill
 from batchinfer.data.table import (
     assignments,
     conditional,
     handle,
     items,
     now,
+    pages,
     read_page,
     retry_conflicts,
     transact,
@@ -38,6 +45,7 @@ def _record(header: BatchHeader) -> dict[str, Any]:
             keys.account_batches(header.account_id),
             keys.creation_order(header.created_at, header.id),
         ),
+        **({} if is_terminal(header.status) else keys.open_batch(header.id)),
         **header.stored(),
     }
 
@@ -107,7 +115,8 @@ def transition(
     new header, or None when the condition failed (a concurrent or repeated step: a no-op, not an
     error). A terminal `target` of a counted batch also decrements its account's active-batch
     counter, in the same transaction (only one write can make a batch terminal, so it is decremented
-    exactly once).
+    exactly once). A terminal `target` also leaves `OpenBatches` (its attributes REMOVEd in the same
+    update).
     """
     sets = {**(changes.assigned() if changes else {}), TIMESTAMP_FIELD[target]: now() if at is None else at}
     expression, names, values = assignments(sets)
@@ -117,9 +126,10 @@ def transition(
     condition = f"#status IN ({', '.join(f':s{i}' for i in range(len(sources)))})"
     if all_shards_done:
         condition = f"({condition}) AND (shards_done = shards_total)"
+    removed = f" REMOVE {', '.join(keys.OPEN_ATTRIBUTES)}" if is_terminal(target) else ""
     update = {
         "Key": keys.batch(batch_id),
-        "UpdateExpression": f"SET #status = :target, {expression}",
+        "UpdateExpression": f"SET #status = :target, {expression}{removed}",
         "ConditionExpression": condition,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
@@ -228,13 +238,68 @@ def page(account_id: str, *, limit: int, after: str | None = None) -> tuple[list
     return [BatchHeader.model_validate(item) for item in found], has_more
 
 
-def scan_open() -> Iterator[BatchHeader]:
-    """Every non-terminal batch header (for the sweeper), in no particular order."""
-    placeholders = {f":o{i}": status.value for i, status in enumerate(OPEN_STATUSES)}
-    for item in items(
-        handle().scan,
-        FilterExpression=f"SK = :meta AND begins_with(PK, :batch) AND #status IN ({', '.join(placeholders)})",
-        ExpressionAttributeNames={"#status": "status"},
-        ExpressionAttributeValues={":meta": keys.META, ":batch": keys.BATCH_PREFIX, **placeholders},
+def open_headers() -> Iterator[BatchHeader]:
+    """Every open (non-terminal) batch header, for the sweeper: one query of `OpenBatches`, paged,
+    then a consistent read of each header it names.
+
+    The index projects only keys: a header changes at every shard commit and progress write, and
+    with its attributes projected each of those would be written to the index too. The index is
+    eventually consistent, so a batch that ended a moment ago may still be named: its header,
+    read consistently, is terminal and skipped.
+    """
+    for entry in items(
+        handle().query,
+        IndexName=keys.OPEN_INDEX,
+        KeyConditionExpression="OPENPK = :open",
+        ExpressionAttributeValues={":open": keys.OPEN},
     ):
-        yield BatchHeader.model_validate(item)
+        header = get(keys.open_batch_id(entry))
+        if header is not None and not is_terminal(header.status):
+            yield header
+
+
+BACKFILL_PAGES = 50  # scan pages (up to 1 MB each) per sweep: a few seconds of the sweeper's 300
+
+
+def backfill_open_index(*, max_pages: int = BACKFILL_PAGES) -> int | None:
+    """Put the open batch headers written before `OpenBatches` existed into it: one table scan over
+    all sweeps, `max_pages` pages a call, resumed where the last call stopped (`items.OpenBackfill`),
+    never again once it ended. Each header gets the index attributes only if it is still open and
+    has none (a conditional update: a batch ending meanwhile stays out).
+
+    Returns the number of headers put into the index, or None when the backfill had ended already
+    (no scan).
+    """
+    table = handle()
+    stored = table.get_item(Key=keys.open_backfill(), ConsistentRead=True).get("Item")
+    state = OpenBackfill.model_validate(stored) if stored else OpenBackfill()
+    if state.done:
+        return None
+    open_values = {f":o{i}": status.value for i, status in enumerate(OPEN_STATUSES)}
+    still_open = f"#status IN ({', '.join(open_values)}) AND attribute_not_exists(OPENPK)"
+    params: dict[str, Any] = {
+        "FilterExpression": f"SK = :meta AND begins_with(PK, :batch) AND {still_open}",
+        "ProjectionExpression": "id",
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {":meta": keys.META, ":batch": keys.BATCH_PREFIX, **open_values},
+    }
+    if state.position:
+        params["ExclusiveStartKey"] = state.position
+    added = 0
+    for n, (found, position) in enumerate(pages(table.scan, **params), start=1):
+        for item in found:
+            expression, names, values = assignments(keys.open_batch(item["id"]))
+            put = conditional(
+                table.update_item,
+                Key=keys.batch(item["id"]),
+                UpdateExpression=f"SET {expression}",
+                ConditionExpression=still_open,
+                ExpressionAttributeNames={**names, "#status": "status"},
+                ExpressionAttributeValues={**values, **open_values},
+            )
+            added += put is not None
+        state = OpenBackfill(done=position is None, position=position)
+        table.put_item(Item={**keys.open_backfill(), **state.stored()})
+        if position is None or n >= max_pages:
+            break
+    return added

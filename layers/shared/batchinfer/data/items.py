@@ -296,3 +296,12 @@ class Account(Item):
     def allows(self, bucket_ref: str) -> bool:
         """True when `bucket_ref` (`s3://bucket` or `cos://bucket`) is on the allowlist."""
         return bucket_ref in self.allowed_buckets
+
+
+class OpenBackfill(Item):
+    """How far the sweeper got putting batch headers written before the `OpenBatches` index into it
+    (`batches.backfill_open_index`): `position` is the table scan's next `ExclusiveStartKey`
+    (`PK`, `SK`), `done` True once the scan ended."""
+
+    done: bool = False
+    position: dict[str, str] | None = None

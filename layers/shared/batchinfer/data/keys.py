@@ -3,7 +3,10 @@ writes a key string).
 
 One DynamoDB table (`BatchTable` in template.yaml) holds every item, keyed by `PK` (partition) and
 `SK` (sort); the global secondary index `GSI1` (`GSI1PK`, `GSI1SK`, all attributes projected) lists
-an account's batches, files and API keys in creation order.
+an account's batches, files and API keys in creation order. The sparse index `OpenBatches`
+(`OPENPK`, `OPENSK`, keys only) lists the batches that are not terminal: a batch header carries
+`OPENPK`/`OPENSK` from its creation until the one write that makes it terminal removes them, so the
+sweeper reads the open batches without reading the table (`batches.open_headers`).
 
 | item             | PK                  | SK              | GSI1PK              | GSI1SK                |
 |------------------|---------------------|-----------------|---------------------|-----------------------|
@@ -19,10 +22,13 @@ an account's batches, files and API keys in creation order.
 | creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
 | `/v2` slot       | `ACCOUNT#<account>` | `INFER#<0000>`  |                     |                       |
 | upload part      | `UPLOAD#<id>`       | `PART#<part_id>`|                     |                       |
+| open backfill    | `SWEEPER`           | `OPEN_BACKFILL` |                     |                       |
+
+An open batch header also has `OPENPK` = `OPEN`, `OPENSK` = `<batch_id>` (index `OpenBatches`).
 
 Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, upload `UploadRecord`,
 API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`, `/v2` slot `InferSlot`,
-upload part `UploadPart`.
+upload part `UploadPart`, open backfill `OpenBackfill`.
 
 A file expiry marks a result file whose batch set `output_expires_after`: `<at>` (10 digits) is
 when it expires, so the sweeper reads the due ones in one query of one partition (a marker is
@@ -125,6 +131,29 @@ def infer_slot(account_id: str, slot: int) -> Key:
 def upload_part(upload_id: str, part_id: str) -> Key:
     """The key of a part of an upload (in the upload's partition)."""
     return {"PK": f"UPLOAD#{upload_id}", "SK": f"{PART_PREFIX}{part_id}"}
+
+
+def open_backfill() -> Key:
+    """The key of the sweeper's progress in putting batches written before `OpenBatches` into it."""
+    return {"PK": "SWEEPER", "SK": "OPEN_BACKFILL"}
+
+
+# ---- OpenBatches (sparse) ---------------------------------------------------------------------------
+
+OPEN_INDEX = "OpenBatches"
+OPEN = "OPEN"
+OPEN_ATTRIBUTES = ("OPENPK", "OPENSK")
+
+
+def open_batch(batch_id: str) -> dict[str, str]:
+    """The `OpenBatches` attributes of an open batch header. One partition (`OPEN`): it is written only
+    when a batch is created or ends, far below a partition's 1,000 writes a second."""
+    return {"OPENPK": OPEN, "OPENSK": batch_id}
+
+
+def open_batch_id(entry: Mapping[str, Any]) -> str:
+    """The batch id of an `OpenBatches` entry (a query answer's item: the index and table keys)."""
+    return str(entry["OPENSK"])
 
 
 # ---- GSI1 -------------------------------------------------------------------------------------------

@@ -108,15 +108,26 @@ def transact(actions: list[dict[str, Any]], *, table: Table | None = None) -> se
     return set()
 
 
+def pages(
+    operation: Callable[..., dict[str, Any]], **params: Any
+) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any] | None]]:
+    """The pages of a `table.query` or `table.scan` with `params`, each as (its items, the
+    `ExclusiveStartKey` of the next page or None after the last), reading a page only when the
+    caller gets there. The one paging loop of the data layer (`items` and `read_page` use it)."""
+    while True:
+        page = operation(**params)
+        position = page.get("LastEvaluatedKey")
+        yield page["Items"], position
+        if position is None:
+            return
+        params = {**params, "ExclusiveStartKey": position}
+
+
 def items(operation: Callable[..., dict[str, Any]], **params: Any) -> Iterator[dict[str, Any]]:
     """Every item of a `table.query` or `table.scan` with `params`, reading the next page only when
     the caller gets there (`LastEvaluatedKey`)."""
-    while True:
-        page = operation(**params)
-        yield from page["Items"]
-        if "LastEvaluatedKey" not in page:
-            return
-        params = {**params, "ExclusiveStartKey": page["LastEvaluatedKey"]}
+    for found, _ in pages(operation, **params):
+        yield from found
 
 
 def read_page(

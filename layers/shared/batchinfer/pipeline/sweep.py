@@ -6,6 +6,13 @@ a lost prepare, shard or finalize message (no progress for `stuck_after` seconds
 A shard is lost only when nobody works on it (no live lease) and no message for it waits in the
 queue (`Shard.waiting`: sent, not claimed since, younger than `shard_wait_seconds`): a backlog delays
 a batch, it never fails one. Every re-sent message is safe to receive twice.
+
+The open batches come from the sparse index `OpenBatches` (`batches.open_headers`): a sweep reads
+the open batches and their shards, never a terminal batch nor the rest of the table, so its time
+grows with the open batches, not with every batch ever run. Batches written before the index
+existed (an upgraded deployment) are put into it by `batches.backfill_open_index`, a scan resumed
+over the first sweeps after the upgrade (a bounded number of pages each) and never run again once
+it ended; until then such a batch is swept from the sweep that reaches it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ def sweep() -> dict[str, int]:
     settings = get_settings()
     at = now()
     actions = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
-    for header in batches.scan_open():
+    batches.backfill_open_index()
+    for header in batches.open_headers():
         batch_id, status = header.id, header.status
         last = max(
             t or 0
