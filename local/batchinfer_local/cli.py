@@ -296,20 +296,30 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    def row(batch: dict[str, Any]) -> str:
+        counts = batch.get("request_counts") or {}
+        return (
+            f"{batch['id']}  {batch['status']:<10}  {counts.get('completed', 0)}/{counts.get('total', 0)}"
+            f" done, {counts.get('failed', 0)} failed  created {_date(batch.get('created_at'))}"
+        )
+
     page = _client(args).batches(limit=args.limit)
+    _emit_page(args, page, row, "no batches yet: `batchinfer submit FILE` creates one")
+    return 0
+
+
+def _emit_page(
+    args: argparse.Namespace, page: dict[str, Any], row: Callable[[dict[str, Any]], str], empty: str
+) -> None:
+    """Print a list page (`{"data": [...]}`): its JSON with --json, else one `row` per item or `empty`."""
 
     def text() -> None:
-        for batch in page["data"]:
-            counts = batch.get("request_counts") or {}
-            console.print(
-                f"{batch['id']}  {batch['status']:<10}  {counts.get('completed', 0)}/{counts.get('total', 0)}"
-                f" done, {counts.get('failed', 0)} failed  created {_date(batch.get('created_at'))}"
-            )
+        for item in page["data"]:
+            console.print(row(item))
         if not page["data"]:
-            console.print("no batches yet: `batchinfer submit FILE` creates one")
+            console.print(empty)
 
     _emit(args, page, text)
-    return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -370,17 +380,15 @@ def cmd_files(args: argparse.Namespace) -> int:
         _emit(args, deleted, lambda: console.print(f"deleted {deleted['id']}"))
         return 0
     page = client.files(purpose=args.purpose, limit=args.limit)
-
-    def text() -> None:
-        for item in page["data"]:
-            console.print(
-                f"{item['id']}  {item.get('purpose', ''):<12}  {item.get('bytes', 0):>10} bytes  "
-                f"created {_date(item.get('created_at'))}  {item.get('filename', '')}"
-            )
-        if not page["data"]:
-            console.print("no files")
-
-    _emit(args, page, text)
+    _emit_page(
+        args,
+        page,
+        lambda item: (
+            f"{item['id']}  {item.get('purpose', ''):<12}  {item.get('bytes', 0):>10} bytes  "
+            f"created {_date(item.get('created_at'))}  {item.get('filename', '')}"
+        ),
+        "no files",
+    )
     return 0
 
 

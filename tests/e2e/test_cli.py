@@ -94,6 +94,22 @@ def test_submit_wait_downloads_and_the_batch_shows_in_list_and_files(
     assert code == 0 and json.loads(out)["data"][0]["id"] == batch["id"]
     code, out, _ = run("files", "list", "--json")
     assert {batch["input_file_id"], batch["output_file_id"]} <= {f["id"] for f in json.loads(out)["data"]}
+    # (as text: one line per item, the newest first)
+    code, out, _ = run("list")
+    assert (code, out.splitlines()[0].split("  created ")[0]) == (
+        0,
+        f"{batch['id']}  completed   2/2 done, 0 failed",
+    )
+    code, out, _ = run("files", "list", "--purpose", "batch_output")
+    output = next(
+        f for f in json.loads(run("files", "list", "--json")[1])["data"] if f["id"] == batch["output_file_id"]
+    )
+    assert (code, out.splitlines()[0].split("  created ")[0]) == (
+        0,
+        f"{batch['output_file_id']}  batch_output  {output['bytes']:>10} bytes",
+    )
+    code, out, _ = run("list", key=new_account("cli-empty"))
+    assert (code, out) == (0, "no batches yet: `batchinfer submit FILE` creates one\n")
 
     # And `wait ID` of a finished batch returns at once, exit 0
     code, out, _ = run("wait", batch["id"], "--json")
