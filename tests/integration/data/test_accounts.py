@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from batchinfer.core import aws
+from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts, keys
 from batchinfer.data.items import Account, ApiKey
 from support.data import intercept_transactions, small_pages
@@ -150,6 +151,29 @@ def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Non
         accounts.configure_account("new", allowed_buckets=["b-1"])
     with pytest.raises(ValueError, match="max_creates_per_minute must be at least 1, got 0"):
         accounts.configure_account("new", max_creates_per_minute=0)
+
+
+def test_batch_limits_are_the_accounts_own_else_the_deployments(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MAX_ACTIVE_BATCHES", "7")
+    monkeypatch.setenv("MAX_CREATES_PER_MINUTE", "30")
+    get_settings.cache_clear()
+    assert accounts.batch_limits(Account(account_id="a")) == accounts.BatchLimits(
+        max_active=7, max_per_minute=30
+    )
+    own = Account(account_id="a", max_active_batches=2)
+    assert accounts.batch_limits(own) == accounts.BatchLimits(max_active=2, max_per_minute=30)
+    # and how each limit is named where a creation is refused (the API's 429, an inbox batch's errors)
+    active, rate = accounts.LimitExceeded("active", 2, 30), accounts.LimitExceeded("rate", 30, 12)
+    assert (active.code, active.reached) == (
+        "active_batch_limit_exceeded",
+        "This account has 2 batches that have not finished, the most it may have",
+    )
+    assert (rate.code, rate.reached) == (
+        "rate_limit_exceeded",
+        "Rate limit reached: 30 batch creations per minute",
+    )
 
 
 def test_active_batches_reads_the_counter(moto_aws: Aws) -> None:
