@@ -99,7 +99,8 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
     }
     table = dynamodb.describe_table(TableName="batchinfer-local-BatchTable")["Table"]  # type: ignore[attr-defined]
     assert [(i["IndexName"], i["Projection"]) for i in table["GlobalSecondaryIndexes"]] == [
-        ("GSI1", {"ProjectionType": "ALL"})
+        ("GSI1", {"ProjectionType": "ALL"}),
+        ("OpenBatches", {"ProjectionType": "KEYS_ONLY"}),  # the sweeper's sparse index of open batches
     ]
     assert dynamodb.describe_time_to_live(TableName="batchinfer-local-BatchTable")[
         "TimeToLiveDescription"
