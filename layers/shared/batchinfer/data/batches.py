@@ -279,8 +279,8 @@ def backfill_open_index(*, max_pages: int = BACKFILL_PAGES) -> int | None:
     still_open = f"#status IN ({', '.join(open_values)}) AND attribute_not_exists(OPENPK)"
     params: dict[str, Any] = {
         "FilterExpression": f"SK = :meta AND begins_with(PK, :batch) AND {still_open}",
-        "ProjectionExpression": "id",
-        "ExpressionAttributeNames": {"#status": "status"},
+        "ProjectionExpression": "#id",
+        "ExpressionAttributeNames": {"#status": "status", "#id": "id"},
         "ExpressionAttributeValues": {":meta": keys.META, ":batch": keys.BATCH_PREFIX, **open_values},
     }
     if state.position:
