@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Literal
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.credentials import CredentialProvider, RefreshableCredentials
 from botocore.exceptions import BotoCoreError, ClientError
 
 from batchinfer.core import aws
@@ -102,18 +105,20 @@ def parse(uri: str, scheme: Scheme, *, prefix: bool = False) -> Location:
     return Location(scheme, bucket, key, region)
 
 
+# How long COS keys read from Secrets Manager are used before they are read again (seconds): a rotated
+# key pair reaches a warm environment within this. botocore reads them again this far ahead of the
+# expiry we give them (its advisory refresh; 15 minutes by default, meant for STS sessions).
+COS_SECRET_MAX_AGE_S = 300
+_REFRESH_AHEAD_S = 60
+
+
 @lru_cache(maxsize=16)
 def _cos_client(region: str, endpoint: str, style: str, secret: str) -> Any:
-    credentials: dict[str, str] = {}
+    session = botocore.session.get_session()
     if secret:
-        from aws_lambda_powertools.utilities import parameters
-
-        value = parameters.get_secret(secret, transform="json", max_age=300)
-        credentials = {
-            "aws_access_key_id": value["access_key_id"],
-            "aws_secret_access_key": value["secret_access_key"],
-        }
-    return boto3.session.Session().client(
+        # First in the chain: keys that a rotation replaces, not the environment's AWS credentials.
+        session.get_component("credential_provider").insert_before("env", _CosSecretProvider(secret))
+    return boto3.session.Session(botocore_session=session).client(
         "s3",
         endpoint_url=endpoint.format(region=region),
         region_name=region,
@@ -122,8 +127,42 @@ def _cos_client(region: str, endpoint: str, style: str, secret: str) -> Any:
             signature_version="s3v4",
             retries={"mode": "standard", "max_attempts": 5},
         ),
-        **credentials,
     )
+
+
+class _CosSecretProvider(CredentialProvider):
+    """botocore credential provider: the COS key pair in Secrets Manager `secret` (JSON
+    `{"access_key_id", "secret_access_key"}`), read again every `COS_SECRET_MAX_AGE_S` by botocore's
+    own refreshable credentials. The COS client lives as long as its environment: keys read once
+    would outlive a rotation (issue 12)."""
+
+    METHOD = "cos-secret"
+    CANONICAL_NAME = "custom-cos-secret"
+
+    def __init__(self, secret: str) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def load(self) -> RefreshableCredentials:
+        return RefreshableCredentials.create_from_metadata(
+            self._read(),
+            refresh_using=self._read,
+            method=self.METHOD,
+            advisory_timeout=_REFRESH_AHEAD_S,
+            mandatory_timeout=_REFRESH_AHEAD_S // 2,
+        )
+
+    def _read(self) -> dict[str, Any]:
+        from aws_lambda_powertools.utilities import parameters
+
+        value = parameters.get_secret(self.secret, transform="json", force_fetch=True)
+        due = datetime.now(UTC) + timedelta(seconds=COS_SECRET_MAX_AGE_S + _REFRESH_AHEAD_S)
+        return {
+            "access_key": value["access_key_id"],
+            "secret_key": value["secret_access_key"],
+            "token": None,
+            "expiry_time": due.isoformat(),
+        }
 
 
 def _expect_owner(params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
