@@ -611,6 +611,7 @@ def cmd_accounts(args: argparse.Namespace) -> int:
     from batchinfer.data import accounts
 
     table = _table(args)
+    secret = None
     if args.action == "set":
         try:
             account = accounts.configure_account(
@@ -620,19 +621,23 @@ def cmd_accounts(args: argparse.Namespace) -> int:
                 max_creates_per_minute=args.max_creates_per_minute,
                 table=table,
             )
-            secret = None
             if args.webhook_url is not None:
                 secret = accounts.set_webhook(args.account, args.webhook_url or None, table=table)
                 account = accounts.get_account(args.account, table=table)
         except ValueError as error:
             raise CliError(f"error: {error}", code=2) from None
-        if secret:
-            # Shown this once: the receiver verifies deliveries with it (Standard Webhooks).
-            print(f"webhook signing secret (shown once): {secret}")
     else:
         account = accounts.get_account(args.account, table=table)
-    shown = account.model_dump_json(exclude={"webhook_secret"})
-    print(shown) if args.json else console.print_json(shown)
+    shown = account.model_dump(mode="json", exclude={"webhook_secret"})
+    if secret:
+        # Shown this once: the receiver verifies deliveries with it (Standard Webhooks).
+        shown["webhook_secret"] = secret
+    if args.json:
+        print(json.dumps(shown))
+        return 0
+    console.print_json(data=shown)
+    if secret:
+        console.print(f"webhook signing secret (shown once, keep it): {secret}", soft_wrap=True)
     return 0
 
 

@@ -9,6 +9,11 @@ moto 5.2.5's S3 event notifications (moto/s3/notifications.py `_get_s3_event`):
   form-encodes it but leaves `/` as is (`inbox/my+file.jsonl`; reported in
   https://github.com/minio/minio/issues/11665), so a prefix check on the raw key behaves
   differently locally. Handlers must `unquote_plus` keys either way.
+
+moto 5.2.5's DynamoDB Streams (moto/dynamodbstreams/models.py) keep every shard iterator they hand
+out, forever: a poller asking GetRecords four times a second grows the process by megabytes an hour.
+AWS expires an iterator after 15 minutes; `expire_used_shard_iterators` drops each one once it has
+been read (the local stream source never reads an iterator twice).
 """
 
 from __future__ import annotations
@@ -70,3 +75,20 @@ def _is_s3_record(record: Any) -> bool:
 def md5_hex(text: str) -> str:
     """The MD5OfBody SQS reports for a message body."""
     return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def expire_used_shard_iterators() -> None:
+    """Make moto's GetRecords forget the iterator it was given (idempotent; see the module docstring)."""
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    if getattr(DynamoDBStreamsBackend.get_records, "_expires_iterators", False):
+        return
+    original = DynamoDBStreamsBackend.get_records
+
+    def get_records(self: DynamoDBStreamsBackend, iterator_arn: str, limit: int) -> dict[str, Any]:
+        result = original(self, iterator_arn, limit)
+        self.shard_iterators.pop(iterator_arn, None)
+        return result
+
+    get_records._expires_iterators = True  # type: ignore[attr-defined]
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]

@@ -474,7 +474,11 @@ def failed_sequence(result: Any, records: list[dict[str, Any]]) -> int | None:
     the lowest reported sequence number is retried with every record after it; a malformed answer or an
     unknown `itemIdentifier` fails the whole batch."""
     numbers = [record["dynamodb"]["SequenceNumber"] for record in records]
-    if not isinstance(result, dict) or not result.get("batchItemFailures"):
+    if result is None:
+        return None
+    if not isinstance(result, dict):
+        return 0
+    if not result.get("batchItemFailures"):
         return None
     failures = result["batchItemFailures"]
     if not isinstance(failures, list):
@@ -521,6 +525,9 @@ class DynamoDbStreamSource(threading.Thread):
         self._delay, self._poll = max(0.0, redelivery_delay), poll_seconds
         self._patterns = [EventPattern.load(pattern) for pattern in source.filter_patterns]
         self._batches: list[threading.Thread] = []
+        # By shard: the sequence number of the last record read, and of the last one settled.
+        self._read: dict[str, str] = {}
+        self._delivered: dict[str, str] = {}
         self.caught_up_at = 0.0
 
     def run(self) -> None:
@@ -530,7 +537,7 @@ class DynamoDbStreamSource(threading.Thread):
         while not self._stopping.is_set():
             try:
                 if not iterators:
-                    iterators = self._iterators()
+                    iterators, pending = self._iterators(), {}
                 polled_at = time.monotonic()
                 idle = True
                 for shard, iterator in list(iterators.items()):
@@ -540,10 +547,14 @@ class DynamoDbStreamSource(threading.Thread):
                         stream_record(r, self.source.stream_arn, self._region) for r in response["Records"]
                     ]
                     pending.setdefault(shard, []).extend(r for r in records if self._matches(r))
+                    if records:
+                        self._read[shard] = records[-1]["dynamodb"]["SequenceNumber"]
                     while pending[shard] and not self._stopping.is_set():
                         idle = False
                         batch = self._gather(shard, iterators, pending)
                         self._deliver(batch)
+                    if shard in self._read and not pending[shard]:
+                        self._delivered[shard] = self._read[shard]
                 if idle:
                     self.caught_up_at = polled_at
             except Exception:
@@ -558,15 +569,21 @@ class DynamoDbStreamSource(threading.Thread):
         return []
 
     def _iterators(self) -> dict[str, str]:
+        """An iterator per shard: from StartingPosition, or after the last record delivered (a restart
+        after an error resumes where delivery stopped, as a mapping's checkpoint does)."""
         stream = self._streams.describe_stream(StreamArn=self.source.stream_arn)["StreamDescription"]
-        return {
-            shard["ShardId"]: self._streams.get_shard_iterator(
-                StreamArn=self.source.stream_arn,
-                ShardId=shard["ShardId"],
-                ShardIteratorType=self.source.starting_position,
+        iterators = {}
+        for shard in stream.get("Shards", []):
+            position: dict[str, str] = {"ShardIteratorType": self.source.starting_position}
+            if shard["ShardId"] in self._delivered:
+                position = {
+                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                    "SequenceNumber": self._delivered[shard["ShardId"]],
+                }
+            iterators[shard["ShardId"]] = self._streams.get_shard_iterator(
+                StreamArn=self.source.stream_arn, ShardId=shard["ShardId"], **position
             )["ShardIterator"]
-            for shard in stream.get("Shards", [])
-        }
+        return iterators
 
     def _matches(self, record: dict[str, Any]) -> bool:
         return not self._patterns or any(pattern.matches_event(record) for pattern in self._patterns)
@@ -582,6 +599,8 @@ class DynamoDbStreamSource(threading.Thread):
             response = self._streams.get_records(ShardIterator=iterators[shard], Limit=1000)
             iterators[shard] = response.get("NextShardIterator") or iterators[shard]
             records = [stream_record(r, self.source.stream_arn, self._region) for r in response["Records"]]
+            if records:
+                self._read[shard] = records[-1]["dynamodb"]["SequenceNumber"]
             pending[shard].extend(r for r in records if self._matches(r))
         batch = pending[shard][: self.source.batch_size]
         del pending[shard][: len(batch)]

@@ -42,7 +42,7 @@ from .functions import (
 )
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
-from .moto_compat import complete_s3_notification
+from .moto_compat import complete_s3_notification, expire_used_shard_iterators
 from .resources import Resources, create_resources
 from .runtime import Activity, DynamoDbStreamSource, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
@@ -406,6 +406,7 @@ class LocalStack:
         # moto's werkzeug server logs every request at INFO.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
+        expire_used_shard_iterators()
         self._auth_saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count)
         moto_auth.install()
         # The AWS managed policies SAM attaches (AWSLambdaBasicExecutionRole, ...), loaded by moto.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,13 @@ from aws_lambda_powertools.utilities.parser.models import S3Model
 from batchinfer_local.functions import FunctionSpec, HttpApiEventSpec, ScheduleEventSpec
 from batchinfer_local.http import Route, Router, http_api_event, http_response
 from batchinfer_local.moto_compat import complete_s3_notification
-from batchinfer_local.runtime import LocalLambdaContext, failed_message_ids, sqs_event
+from batchinfer_local.runtime import (
+    LocalLambdaContext,
+    failed_message_ids,
+    failed_sequence,
+    sqs_event,
+    stream_record,
+)
 from batchinfer_local.template import TemplateError
 
 IDS = ["m1", "m2"]
@@ -278,3 +285,54 @@ def test_s3_notification_gets_the_fields_moto_omits() -> None:
         '{"Records": [{"eventSource": "aws:sqs"}]}',
     ):
         assert complete_s3_notification(other) == other
+
+
+STREAM_RECORDS = [{"dynamodb": {"SequenceNumber": n}} for n in ("101", "102", "103")]
+
+
+@pytest.mark.parametrize(
+    ("result", "first"),
+    [
+        (None, None),
+        ({}, None),
+        ({"batchItemFailures": []}, None),
+        ({"batchItemFailures": [{"itemIdentifier": "102"}]}, 1),
+        ({"batchItemFailures": [{"itemIdentifier": "103"}, {"itemIdentifier": "102"}]}, 1),  # the lowest
+        ({"batchItemFailures": [{"itemIdentifier": "999"}]}, 0),
+        ({"batchItemFailures": [{"itemIdentifier": None}]}, 0),
+        ({"batchItemFailures": "102"}, 0),
+        ("ok", 0),
+    ],
+)
+def test_stream_partial_batch_response_rules(result: Any, first: int | None) -> None:
+    assert failed_sequence(result, STREAM_RECORDS) == first
+
+
+def test_stream_record_is_the_lambda_dynamodb_event_record() -> None:
+    record = {
+        "eventID": "e1",
+        "eventName": "MODIFY",
+        "eventVersion": "1.0",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": datetime(2026, 12, 1, tzinfo=UTC),
+            "Keys": {"PK": {"S": "BATCH#b"}, "SK": {"S": "META"}},
+            "SequenceNumber": "101",
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+    }
+    assert stream_record(record, "arn:stream", "eu-west-1") == {
+        "eventID": "e1",
+        "eventName": "MODIFY",
+        "eventVersion": "1.0",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "eu-west-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1796083200,  # 2026-12-01T00:00:00Z
+            "Keys": {"PK": {"S": "BATCH#b"}, "SK": {"S": "META"}},
+            "SequenceNumber": "101",
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+        "eventSourceARN": "arn:stream",
+    }
