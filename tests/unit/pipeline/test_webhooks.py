@@ -8,6 +8,7 @@ import hmac
 from datetime import UTC, datetime
 
 import pytest
+from openai import OpenAI
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from batchinfer.pipeline.webhooks import backoff_seconds, signed_request
@@ -46,3 +47,18 @@ def test_a_delivery_older_than_five_minutes_does_not_verify() -> None:
 @pytest.mark.parametrize(("tries", "seconds"), [(1, 300), (2, 600), (3, 1200), (4, 2400), (9, 43_200)])
 def test_backoff_doubles_up_to_the_longest_sqs_visibility(tries: int, seconds: int) -> None:
     assert backoff_seconds(tries) == seconds
+
+
+@pytest.mark.parametrize("kind", ["batch.completed", "batch.failed", "batch.expired", "batch.cancelled"])
+def test_the_openai_sdk_unwraps_a_delivery_into_its_batch_event(kind: str) -> None:
+    # The official SDK's verifier and models (client.webhooks.unwrap): the shape and signature OpenAI sends.
+    event = WebhookEvent(id="evt_2", type=kind, created_at=1_800_000_000, data=WebhookData(id="batch_a"))  # type: ignore[arg-type]
+    body, headers = signed_request(event, SECRET, datetime.now(UTC))
+    unwrapped = OpenAI(api_key="unused", webhook_secret=SECRET).webhooks.unwrap(body.decode(), headers)
+    assert type(unwrapped).__name__ == "Batch" + kind.removeprefix("batch.").capitalize() + "WebhookEvent"
+    assert (unwrapped.id, unwrapped.type, unwrapped.created_at, unwrapped.data.id) == (
+        "evt_2",
+        kind,
+        1_800_000_000,
+        "batch_a",
+    )
