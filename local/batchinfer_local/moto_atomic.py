@@ -10,7 +10,10 @@ the pollers in threads of one process, so both would show up as lost or double c
 
 `serialize_item_operations()` wraps the backend's item operations in one process-wide re-entrant
 lock (transactions call `put_item`/`update_item` inside), which gives each request the isolation
-DynamoDB guarantees. Throughput is irrelevant locally.
+DynamoDB guarantees; and the HTTP handler's whole action too, since moto's `update_item` response
+deep-copies the stored item outside the backend call (moto/dynamodb/responses.py) while another
+thread's update changes it in place: "RuntimeError: dictionary changed size during iteration", an
+HTTP 500 AWS never answers for that. Throughput is irrelevant locally.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import threading
 from typing import Any
 
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.responses import DynamoHandler
 
 _LOCK = threading.RLock()
 _OPERATIONS = (
@@ -40,9 +44,10 @@ _OPERATIONS = (
 
 
 def serialize_item_operations() -> None:
-    """Patch `DynamoDBBackend` so item operations run one at a time (idempotent)."""
-    for name in _OPERATIONS:
-        method = getattr(DynamoDBBackend, name, None)
+    """Patch `DynamoDBBackend` and `DynamoHandler` so item operations and whole DynamoDB requests run one
+    at a time (idempotent)."""
+    for owner, name in [(DynamoDBBackend, name) for name in _OPERATIONS] + [(DynamoHandler, "call_action")]:
+        method = getattr(owner, name, None)
         if method is None or getattr(method, "_batchinfer_serialized", False):
             continue
 
@@ -52,4 +57,4 @@ def serialize_item_operations() -> None:
 
         functools.update_wrapper(locked, method)
         locked._batchinfer_serialized = True  # type: ignore[attr-defined]
-        setattr(DynamoDBBackend, name, locked)
+        setattr(owner, name, locked)

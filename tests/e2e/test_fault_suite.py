@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from batchinfer_local import LocalStack
@@ -24,6 +23,9 @@ from support.live import AnswerLog, assert_counts_monotonic, watch
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
 LINES = 24
+# A cancelled batch is larger: a fast machine answers 24 two-token requests between two GETs, and the
+# cancel then finds the batch ended (409). What never ran ends at once, so the size costs little.
+CANCEL_LINES = 96
 # Short leases and stuck timers so crashed work is picked up again within seconds. The lease still
 # outlives a shard's run (on AWS it is the invocation's remaining time + 60 s): the shards run at once,
 # and a worker whose lease expired under it would share its shard with the next holder, their result
@@ -37,6 +39,8 @@ FAST_RECOVERY = {
     # Giving up on a shard has its own test; here every line must get its real answer.
     "MAX_SHARD_ATTEMPTS": "50",
     "WORKER_CONCURRENCY": "4",
+    # Live counts in finer steps than the default 1 s: the cancel test waits to see some answers.
+    "PROGRESS_SECONDS": "0.25",
     # The model's own log of what it answered (`support.live.AnswerLog`).
     "POWERTOOLS_LOG_LEVEL": "DEBUG",
 }
@@ -57,7 +61,7 @@ def stack() -> Iterator[LocalStack]:
         yield running
 
 
-def batch_text(tag: str) -> str:
+def batch_text(tag: str, lines: int = LINES) -> str:
     return "".join(
         json.dumps(
             {
@@ -73,7 +77,7 @@ def batch_text(tag: str) -> str:
             }
         )
         + "\n"
-        for i in range(LINES)
+        for i in range(lines)
     )
 
 
@@ -155,16 +159,17 @@ def test_invariant_holds_under(stack: LocalStack, scenario: str, tmp_path: Path)
 def test_a_cancel_mid_run_keeps_every_answer_under(stack: LocalStack, scenario: str, tmp_path: Path) -> None:
     # Given a batch under the scenario's faults, cancelled once GET shows 4 answers
     path = tmp_path / "in.jsonl"
-    path.write_text(batch_text(f"cancel-{scenario}"))
+    path.write_text(batch_text(f"cancel-{scenario}", CANCEL_LINES))
     cancelled: list[dict[str, Any]] = []
+    client = BatchClient(f"{stack.base_url}/v1", stack.api_key)
 
     def cancel_after_some_answers(batch: dict[str, Any]) -> None:
         if not cancelled and batch["request_counts"]["completed"] >= 4:
-            cancelled.append(cancel(stack, batch["id"]))
+            cancelled.append(client.cancel(batch["id"]))
 
     _, series, answered, _ = run_batch(stack, scenario, path, on_poll=cancel_after_some_answers)
     batch = series[-1]
-    output, errors = results(BatchClient(f"{stack.base_url}/v1", stack.api_key), batch)
+    output, errors = results(client, batch)
 
     # Then it ends cancelled with every answer the model gave, the rest never ran
     assert cancelled and cancelled[0]["status"] in ("cancelling", "cancelled")
@@ -175,13 +180,3 @@ def test_a_cancel_mid_run_keeps_every_answer_under(stack: LocalStack, scenario: 
     never_ran = [json.loads(line)["error"] for line in (errors or b"").splitlines()]
     assert {error["code"] for error in never_ran if error} <= {"batch_cancelled"}
     assert_counts_monotonic([b for b in series if b["status"] != "cancelled"])
-
-
-def cancel(stack: LocalStack, batch_id: str) -> dict[str, Any]:
-    """POST /v1/batches/{id}/cancel; the Batch object it answers."""
-    headers = {"Authorization": f"Bearer {stack.api_key}"}
-    return (
-        httpx.post(f"{stack.base_url}/v1/batches/{batch_id}/cancel", headers=headers)
-        .raise_for_status()
-        .json()
-    )
