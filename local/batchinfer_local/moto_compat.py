@@ -11,9 +11,12 @@ moto 5.2.5's S3 event notifications (moto/s3/notifications.py `_get_s3_event`):
   differently locally. Handlers must `unquote_plus` keys either way.
 
 moto 5.2.5's DynamoDB Streams (moto/dynamodbstreams/models.py) keep every shard iterator they hand
-out, forever: a poller asking GetRecords four times a second grows the process by megabytes an hour.
-AWS expires an iterator after 15 minutes; `expire_used_shard_iterators` drops each one once it has
-been read (the local stream source never reads an iterator twice).
+out and every record of the table's stream, forever, each with its old and new item: a poller asking
+GetRecords four times a second, and a stack writing batch headers several times a second, grow the
+process by gigabytes in a long test run. AWS expires an iterator after 15 minutes and a record after
+24 hours; `trim_read_stream_records` drops each iterator once it has been read (the local stream
+source never reads one twice) and the records every reader has read (the ones before the oldest
+outstanding iterator's position).
 """
 
 from __future__ import annotations
@@ -77,18 +80,31 @@ def md5_hex(text: str) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
-def expire_used_shard_iterators() -> None:
-    """Make moto's GetRecords forget the iterator it was given (idempotent; see the module docstring)."""
+def trim_read_stream_records(enabled: bool = True) -> None:
+    """While `enabled`, make moto's GetRecords forget the iterator it was given and the records every
+    reader has passed (see the module docstring); `False` restores moto's own GetRecords."""
     from moto.dynamodbstreams.models import DynamoDBStreamsBackend
 
-    if getattr(DynamoDBStreamsBackend.get_records, "_expires_iterators", False):
+    original = getattr(DynamoDBStreamsBackend.get_records, "_original", None)
+    if not enabled:
+        if original is not None:
+            DynamoDBStreamsBackend.get_records = original  # type: ignore[method-assign]
+        return
+    if original is not None:
         return
     original = DynamoDBStreamsBackend.get_records
 
     def get_records(self: DynamoDBStreamsBackend, iterator_arn: str, limit: int) -> dict[str, Any]:
         result = original(self, iterator_arn, limit)
-        self.shard_iterators.pop(iterator_arn, None)
+        shard = self.shard_iterators.pop(iterator_arn).stream_shard
+        # Each reader holds one outstanding iterator (the one just returned): records before the
+        # slowest one's position are read by all. moto numbers records from the first one it keeps.
+        positions = [it.sequence_number for it in self.shard_iterators.values() if it.stream_shard is shard]
+        read = min(positions, default=shard.starting_sequence_number) - shard.starting_sequence_number
+        if read > 0:
+            del shard.items[:read]
+            shard.starting_sequence_number += read
         return result
 
-    get_records._expires_iterators = True  # type: ignore[attr-defined]
+    get_records._original = original  # type: ignore[attr-defined]
     DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]

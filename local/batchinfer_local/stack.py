@@ -42,7 +42,7 @@ from .functions import (
 )
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
-from .moto_compat import complete_s3_notification, expire_used_shard_iterators
+from .moto_compat import complete_s3_notification, trim_read_stream_records
 from .resources import Resources, create_resources
 from .runtime import Activity, DynamoDbStreamSource, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
@@ -406,7 +406,7 @@ class LocalStack:
         # moto's werkzeug server logs every request at INFO.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
-        expire_used_shard_iterators()
+        trim_read_stream_records()
         self._auth_saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count)
         moto_auth.install()
         # The AWS managed policies SAM attaches (AWSLambdaBasicExecutionRole, ...), loaded by moto.
@@ -440,6 +440,7 @@ class LocalStack:
             settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = self._auth_saved
             self._auth_saved = None
             moto_auth.uninstall()
+            trim_read_stream_records(False)  # moto's own streams again for in-process mock_aws tests
 
     def _make_client(self, credentials: iam.Credentials, service: str) -> Any:
         # One session for every client: it loads each service model once.

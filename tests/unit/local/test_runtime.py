@@ -336,3 +336,50 @@ def test_stream_record_is_the_lambda_dynamodb_event_record() -> None:
         },
         "eventSourceARN": "arn:stream",
     }
+
+
+def test_moto_forgets_read_iterators_and_records_every_reader_has_read() -> None:
+    import boto3
+    from moto import mock_aws
+    from moto.dynamodbstreams.models import dynamodbstreams_backends
+
+    from batchinfer_local.moto_compat import trim_read_stream_records
+
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        table = dynamodb.create_table(
+            TableName="t",
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )["TableDescription"]
+        streams, arn = boto3.client("dynamodbstreams", region_name="us-east-1"), table["LatestStreamArn"]
+        (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+
+        def iterator() -> str:
+            return streams.get_shard_iterator(
+                StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+
+        trim_read_stream_records()
+        try:
+            for key in "ab":
+                dynamodb.put_item(TableName="t", Item={"k": {"S": key}})
+            fast, slow = iterator(), iterator()
+            read = streams.get_records(ShardIterator=fast)
+            assert [r["dynamodb"]["Keys"]["k"]["S"] for r in read["Records"]] == ["a", "b"]
+            assert fast not in dynamodbstreams_backends["123456789012"]["us-east-1"].shard_iterators  # used
+            # The slow reader has read nothing yet: it still gets both records
+            late = streams.get_records(ShardIterator=slow)
+            assert [r["dynamodb"]["Keys"]["k"]["S"] for r in late["Records"]] == ["a", "b"]
+            dynamodb.put_item(TableName="t", Item={"k": {"S": "c"}})
+            # Both passed a and b: they are gone; each reader goes on with c
+            assert [
+                r["dynamodb"]["Keys"]["k"]["S"]
+                for r in streams.get_records(ShardIterator=iterator())["Records"]
+            ] == ["c"]
+            nxt = streams.get_records(ShardIterator=read["NextShardIterator"])
+            assert [r["dynamodb"]["Keys"]["k"]["S"] for r in nxt["Records"]] == ["c"]
+        finally:
+            trim_read_stream_records(False)
