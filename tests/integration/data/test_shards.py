@@ -107,11 +107,31 @@ def test_release_only_by_the_owner(running: str) -> None:
     assert shards.claim(running, 0, owner="w2", lease_seconds=60).lease_owner == "w2"
 
 
+def test_a_continuation_hands_its_attempt_back(running: str) -> None:
+    assert stored(running, 0)["attempts"] == 1
+    assert shards.release(running, 0, owner="w2", continuation=True) is False  # not the holder: unchanged
+    assert stored(running, 0)["attempts"] == 1
+    assert shards.release(running, 0, owner="w1", continuation=True) is True
+    assert "lease_until" not in stored(running, 0) and stored(running, 0)["attempts"] == 0
+    assert shards.claim(running, 0, owner="w2", lease_seconds=60).attempts == 1
+
+
 def test_bump_redrives_counts_from_one(moto_aws: Aws) -> None:
     shards.put("b", new_shard())
     assert shards.get("b", 0).redrives is None
-    assert [shards.bump_redrives("b", 0) for _ in range(3)] == [1, 2, 3]
-    assert shards.get("b", 0).redrives == 3
+    assert [shards.bump_redrives("b", 0, at=1000 + n) for n in range(3)] == [1, 2, 3]
+    assert (shards.get("b", 0).redrives, shards.get("b", 0).queued_at) == (
+        3,
+        1002,
+    )  # the re-sent message waits
+
+
+def test_a_claim_receives_the_queued_message_and_a_continuation_queues_one(running: str) -> None:
+    assert "queued_at" not in stored(running, 0)  # `running` was claimed
+    at = now()
+    assert shards.release(running, 0, owner="w1", continuation=True) is True
+    assert at <= stored(running, 0)["queued_at"] <= now()
+    assert shards.claim(running, 0, owner="w2", lease_seconds=60).queued_at is None
 
 
 def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:

@@ -277,3 +277,37 @@ def test_the_error_file_of_a_cancelled_batch_is_in_input_order(
         ("r2", None, "batch_cancelled"),
         ("r3", 400, None),
     ]
+
+
+def test_results_that_cannot_be_written_end_the_batch_failed_after_bounded_attempts(
+    moto_aws: Aws, upstream: HoldableUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch that ran, whose output bucket is gone (deleted, or access revoked: issue 12)
+    monkeypatch.setenv("MAX_FINALIZE_ATTEMPTS", "3")
+    batch_id = prepared(
+        moto_aws, lines("a", "b", "c"), monkeypatch, output_bucket="batchinfer-gone", output_prefix="out/"
+    )
+    assert [run_shard(batch_id, n) for n in (0, 1)] == ["done", "done"]
+
+    # When the aggregator tries: the first attempts fail (SQS and the sweeper send it again)
+    for _ in range(2):
+        with pytest.raises(ClientError, match="NoSuchBucket"):
+            aggregate.finalize_batch(batch_id)
+        assert batches.get(batch_id).status == "finalizing"
+
+    # Then the last one ends the batch failed, saying why, and it stays so
+    assert aggregate.finalize_batch(batch_id) == "failed"
+    header = batches.get(batch_id)
+    assert (header.status, header.output_file_id, header.error_file_id) == ("failed", None, None)
+    assert header.failed_at is not None
+    assert [e.model_dump() for e in header.errors.data] == [
+        {
+            "code": "output_write_failed",
+            "message": "The batch's results could not be written to s3://batchinfer-gone/out/ in 3 "
+            "attempts (NoSuchBucket): check that the location exists and that batchinfer may write to it.",
+            "param": None,
+            "line": None,
+        }
+    ]
+    assert header.request_counts.model_dump() == {"total": 3, "completed": 3, "failed": 0}
+    assert aggregate.finalize_batch(batch_id) == "skipped"

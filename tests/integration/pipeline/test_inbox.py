@@ -50,10 +50,10 @@ def s3_record(bucket: str, encoded_key: str, etag: str = "0123456789abcdef") -> 
     ],
 )
 def test_keys_are_decoded_exactly_once(moto_aws: Aws, real_key: str, encoded_key: str) -> None:
-    s3.put_bytes(moto_aws.bucket, real_key, LINE.encode())
-    event = sqs_event([{"Records": [s3_record(moto_aws.bucket, encoded_key)]}])
+    etag = uploaded(moto_aws, real_key, LINE.encode())["s3"]["object"]["eTag"]
+    event = sqs_event([{"Records": [s3_record(moto_aws.bucket, encoded_key, etag=etag)]}])
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
-    batch_id = ids.batch_id_for_object(moto_aws.bucket, real_key, "0123456789abcdef")
+    batch_id = ids.batch_id_for_object(moto_aws.bucket, real_key, etag)
     header = batches.get(batch_id)
     assert (header.input_key, header.status) == (real_key, "validating")
     assert header.output_prefix == "outbox/" + real_key.removeprefix("inbox/").removesuffix(".jsonl") + "/"
@@ -98,3 +98,47 @@ def test_a_missing_object_fails_its_batch_once(moto_aws: Aws) -> None:
     assert (batch.input_key, batch.status) == ("inbox/q1 summary (2).jsonl", "failed")
     assert batch.errors.data[0].code == "input_file_unavailable"
     assert moto_aws.messages("PrepareQueue") == []  # not retried forever
+
+
+def uploaded(aws: Aws, key: str, data: bytes) -> dict[str, Any]:
+    """PUT `data` at `key`; the S3 record its notification carries (real ETag, VersionId if any)."""
+    put = s3.s3_client().put_object(Bucket=aws.bucket, Key=key, Body=data)
+    record = s3_record(aws.bucket, key, etag=put["ETag"].strip('"'))
+    if put.get("VersionId"):
+        record["s3"]["object"]["versionId"] = put["VersionId"]
+    return record
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_prepare_reads_the_object_the_event_named_not_a_later_overwrite(
+    moto_aws: Aws, versioned: bool
+) -> None:
+    # Given an inbox upload of one request, overwritten with two before its batch was prepared (issue 12)
+    if versioned:
+        s3.s3_client().put_bucket_versioning(
+            Bucket=moto_aws.bucket, VersioningConfiguration={"Status": "Enabled"}
+        )
+    record = uploaded(moto_aws, "inbox/over.jsonl", f"{LINE}\n".encode())
+    assert moto_aws.invoke("UploadTriggerFunction", sqs_event([{"Records": [record]}])) == {
+        "batchItemFailures": []
+    }
+    second = LINE.replace('"a"', '"b"')
+    s3.put_bytes(moto_aws.bucket, "inbox/over.jsonl", f"{LINE}\n{second}\n".encode())
+
+    # When it is prepared
+    moto_aws.invoke("PrepareFunction", sqs_event(moto_aws.messages("PrepareQueue")))
+
+    # Then it ran the upload that started it: that version, or (unversioned bucket) it says the file changed
+    [batch], _ = batches.page("default", limit=10, after=None)
+    if versioned:
+        assert (batch.status, batch.request_counts.total) == ("in_progress", 1)
+    else:
+        assert batch.status == "failed"
+        assert [(e.code, e.param, e.message) for e in batch.errors.data] == [
+            (
+                "input_file_unavailable",
+                "input_file_id",
+                "the input file changed after the upload that started this batch (PreconditionFailed): "
+                "its new upload starts a batch of its own",
+            )
+        ]

@@ -6,11 +6,13 @@ test_functions.py; these call the module directly. No model runs: prepare only c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from batchinfer.core import ids
+from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards
 from batchinfer.data.items import ResultPart
 from batchinfer.pipeline import prepare
@@ -186,3 +188,32 @@ def test_an_input_that_cannot_be_read_fails_with_its_error_code(
             "message": "the input file could not be read (NoSuchBucket)",
         }
     ]
+
+
+def test_errors_that_would_not_fit_in_one_item_are_cut_to_a_byte_budget(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given 800 lines without a body, whose errors name the lines' other keys: the first line has
+    # 3,000 of them (a message of 190 KB if all were named), past DynamoDB's 400 KB item limit if kept
+    # whole (issue 12: the cap counted errors, not bytes, and the batch stayed `validating`)
+    def line(n: int, keys: int) -> str:
+        others = {f"key{k:04d}": k for k in range(keys)}
+        return json.dumps({"custom_id": f"c{n}", "method": "POST", "url": "/v1/chat/completions"} | others)
+
+    lines = [line(1, 3000)] + [line(n, 10) for n in range(2, 801)]
+    batch_id = create(moto_aws, "".join(f"{text}\n" for text in lines).encode(), monkeypatch)
+
+    # When it is prepared
+    outcome = prepare.prepare_batch(batch_id)
+
+    # Then it fails with the first errors that fit the byte budget, each naming a few of the keys
+    header = batches.get(batch_id)
+    assert (outcome, header.status) == ("failed", "failed")
+    data = [e.model_dump() for e in header.errors.data]
+    budget = get_settings().max_errors_bytes
+    assert budget - 1000 < len(json.dumps(data)) <= budget
+    assert {(e["code"], e["param"]) for e in data} == {("missing_required_parameter", "body")}
+    assert [e["line"] for e in data] == list(range(1, len(data) + 1))
+    shown = "'key0000', 'key0001', 'key0002', 'key0003', 'key0004'"
+    assert data[0]["message"] == f"Line 1: body is missing (the line has {shown} and 2,995 more)."
+    assert data[1]["message"] == f"Line 2: body is missing (the line has {shown} and 5 more)."

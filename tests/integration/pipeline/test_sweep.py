@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, shards
+from batchinfer.data import batches, s3, shards
 from batchinfer.data.items import BatchChanges, ResultPart
 from batchinfer.data.table import now
-from batchinfer.pipeline import aggregate, prepare, sweep
+from batchinfer.pipeline import aggregate, prepare, sweep, worker
 from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
 from support.moto_env import Aws
@@ -97,10 +97,47 @@ def test_a_quiet_validating_batch_gets_its_prepare_again(
     assert prepare.prepare_batch(batch_id) == "in_progress"
 
 
+def test_a_shard_waiting_in_a_backlog_is_never_redriven_nor_failed(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch whose shard messages wait behind other batches' work (sent, never received: issue 12)
+    monkeypatch.setenv("MAX_SHARD_ATTEMPTS", "1")
+    monkeypatch.setenv("SHARD_WAIT_SECONDS", str(5 * stuck()))  # within the 24h window here
+    batch_id = prepared(moto_aws, lines(3), monkeypatch)
+
+    # When the sweeper looks again and again while the batch is quiet
+    sweeps = [sweep_later(stuck() * n) for n in (1, 2, 3, 4)]
+
+    # Then waiting is not failure: nothing re-sent, nothing counted, no line given up
+    assert sweeps == [NO_ACTIONS] * 4
+    assert [(s.state, s.redrives) for s in shards.query(batch_id)] == [("pending", None), ("pending", None)]
+    assert moto_aws.messages("ShardsQueue") == []
+    # Only a message older than the queue keeps any (`shard_wait_seconds`) is lost: then it is re-sent
+    assert sweep_later(5 * stuck() + 1) == {**NO_ACTIONS, "shards": 2}
+    assert [s.redrives for s in shards.query(batch_id)] == [1, 1]
+
+
+def test_a_shard_whose_worker_died_is_redriven_once_quiet(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a shard a worker claimed and died holding (its lease ran out; SQS would return the message
+    # only after the visibility timeout)
+    batch_id = prepared(moto_aws, lines(2), monkeypatch)
+    assert shards.claim(batch_id, 0, owner="dead", lease_seconds=-1) is not None
+    # Then the quiet batch's shard is re-sent and counted
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "shards": 1}
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": 0}]
+    # and the re-sent message then waits like any other: not re-sent again before it is received
+    assert sweep_later(2 * stuck()) == NO_ACTIONS
+    assert shards.get(batch_id, 0).redrives == 1
+
+
 def test_a_leased_shard_holds_off_the_redrive_until_its_lease_ends(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given shard 0 leased by a worker for twice the quiet time, and shard 1 whose message was lost
+    # (not received within `shard_wait_seconds`)
+    monkeypatch.setenv("SHARD_WAIT_SECONDS", str(stuck()))
     batch_id = prepared(moto_aws, lines(3), monkeypatch)
     assert shards.claim(batch_id, 0, owner="worker", lease_seconds=2 * stuck()) is not None
     # Then a quiet batch with a live lease is slow, not stuck: nothing is sent, nothing counted
@@ -118,11 +155,13 @@ def test_a_leased_shard_holds_off_the_redrive_until_its_lease_ends(
 def test_a_shard_redriven_too_often_is_failed_and_the_batch_ends(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # (each message lost: never received within `shard_wait_seconds`)
     monkeypatch.setenv("MAX_SHARD_ATTEMPTS", "1")
+    monkeypatch.setenv("SHARD_WAIT_SECONDS", str(stuck()))
     batch_id = prepared(moto_aws, lines(2), monkeypatch)
     assert sweep_later(stuck()) == {**NO_ACTIONS, "shards": 1}
     assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": 0}]  # ... dies again
-    assert sweep_later(stuck()) == {**NO_ACTIONS, "failed_shards": 1}
+    assert sweep_later(2 * stuck()) == {**NO_ACTIONS, "failed_shards": 1}
     assert moto_aws.messages("ShardsQueue") == []
     assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
     shard = shards.get(batch_id, 0)
@@ -140,6 +179,24 @@ def test_a_shard_redriven_too_often_is_failed_and_the_batch_ends(
         )
         for i in (1, 2)
     ]
+
+
+def test_giving_up_on_a_shard_a_worker_just_claimed_writes_nothing(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a shard the sweeper found without a lease, claimed by a worker the moment after (issue 12)
+    batch_id = prepared(moto_aws, lines(2), monkeypatch)
+    shard = shards.get(batch_id, 0)
+    assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
+
+    # When the sweeper gives up on it
+    failed = worker.fail_shard(batch_id, shard, "given up")
+
+    # Then nothing is written under the worker (its result key is its own) and nothing counted
+    assert failed is False
+    assert s3.head_metadata(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) is None
+    after = shards.get(batch_id, 0)
+    assert (after.state, after.next_index, after.failed, after.lease_owner) == ("pending", 0, 0, "worker")
 
 
 def test_terminal_batches_are_never_touched(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -192,6 +192,40 @@ def test_time_limit_commits_what_finished_and_continues(
     assert output_ids(header) == [f"r{i}" for i in range(5)]
 
 
+def test_continuations_are_not_attempts(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
+) -> None:
+    # Given a 5-request shard with at most 2 attempts, whose every invocation runs short of time after
+    # one request (a healthy shard that needs 5 invocations: issue 12)
+    batch_id, message = start(moto_aws, monkeypatch, WORKER_CONCURRENCY="1", MAX_SHARD_ATTEMPTS="2")
+    short = get_settings().time_reserve_ms + 1
+
+    # When each continuation is run in turn
+    outcomes = []
+    for n in range(5):
+        sent = len(calls)
+        outcomes.append(
+            worker.process_shard(
+                worker.sqs.ShardMessage(**message),
+                owner=f"invocation-{n}",
+                time_left_ms=lambda sent=sent: short if len(calls) > sent else 10**9,
+            )
+        )
+        assert moto_aws.messages("ShardsQueue") == ([message] if n < 4 else [])
+    moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
+
+    # Then every request was answered once, none given up as processing_failed
+    header = batches.get(batch_id)
+    assert outcomes == ["continued"] * 4 + ["done"]
+    assert calls == [f"Say r{i}." for i in range(5)]
+    assert shards.get(batch_id, 0).attempts == 1
+    assert (header.status, header.request_counts.model_dump()) == (
+        "completed",
+        {"total": 5, "completed": 5, "failed": 0},
+    )
+    assert output_ids(header) == [f"r{i}" for i in range(5)]
+
+
 def test_a_shard_that_keeps_killing_its_worker_ends_as_error_lines(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
 ) -> None:
@@ -217,11 +251,14 @@ def test_a_shard_whose_messages_all_die_in_the_dlq_still_ends(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
 ) -> None:
     # Given a shard whose message never gets processed (say every delivery died and it sits in the DLQ)
-    batch_id, _ = start(moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2")
-    time.sleep(1.1)
+    # (a message not received within SHARD_WAIT_SECONDS is gone)
+    batch_id, _ = start(
+        moto_aws, monkeypatch, STUCK_AFTER_SECONDS="1", MAX_SHARD_ATTEMPTS="2", SHARD_WAIT_SECONDS="1"
+    )
     # When the sweeper finds it stuck: it re-drives it twice, then gives up on it
     sweeps = []
     for _ in range(3):
+        time.sleep(1.1)
         sweeps.append(moto_aws.invoke("SweeperFunction", {}))
         moto_aws.messages("ShardsQueue")  # the re-driven messages die too
     assert [(s["shards"], s["failed_shards"]) for s in sweeps] == [(1, 0), (1, 0), (0, 1)]

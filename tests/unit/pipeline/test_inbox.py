@@ -91,6 +91,8 @@ def test_an_inbox_upload_becomes_a_chat_batch_with_results_in_the_outbox(
             "input_file_id": f"s3://data/{key}",
             "input_bucket": "data",
             "input_key": key,
+            "input_version_id": None,
+            "input_etag": "e1",
             "endpoint": "/v1/chat/completions",
             "completion_window": "24h",
             "output_bucket": "data",
@@ -114,3 +116,9 @@ def test_the_batch_id_names_the_object_version(
     batch_id = inbox.start_from_record(record("inbox/q1.jsonl", **obj))
     assert batch_id == ids.batch_id_for_object("data", "inbox/q1.jsonl", version)
     assert [call["batch_id"] for call in created] == [batch_id]
+    # and prepare reads that version, or requires that ETag
+    pinned = {
+        "input_version_id": obj.get("versionId"),
+        "input_etag": None if "versionId" in obj else obj.get("eTag"),
+    }
+    assert {name: created[0][name] for name in pinned} == pinned

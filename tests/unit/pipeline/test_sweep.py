@@ -16,6 +16,7 @@ from support.data import batch_header
 S = BatchStatus
 AT = 1_900_000_000
 STUCK = 900  # stuck_after_seconds
+WAIT = 4 * 86400  # shard_wait_seconds
 LONG_AGO = AT - 10 * STUCK
 NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
 
@@ -46,6 +47,7 @@ class Fake:
             finalize_queue_url="finalize",
             stuck_after_seconds=STUCK,
             max_shard_attempts=4,
+            shard_wait_seconds=WAIT,
         )
 
         def transition(batch_id: str, target: BatchStatus, *, changes: BatchChanges, at: int) -> Any:
@@ -55,7 +57,8 @@ class Fake:
         def query(batch_id: str) -> Iterator[Shard]:
             return iter(self.shards.get(batch_id, []))
 
-        def bump_redrives(batch_id: str, shard_no: int) -> int:
+        def bump_redrives(batch_id: str, shard_no: int, *, at: int) -> int:
+            assert at == AT  # the re-sent message is queued at the sweeper's time
             self.redrives[batch_id, shard_no] += 1
             return self.redrives[batch_id, shard_no]
 
@@ -210,6 +213,16 @@ def test_a_shard_redriven_past_max_shard_attempts_is_failed(monkeypatch: pytest.
     assert sweep.sweep() == {**NO_ACTIONS, "shards": 1, "failed_shards": 1}
     assert fake.failed == [("batch_1", 1, "The request was not processed after 4 re-drives.")]
     assert fake.sent == [("shards", {"batch_id": "batch_1", "shard": 2})]
+
+
+def test_a_shard_whose_message_waits_in_the_queue_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Shard 1's message was sent a second short of the wait limit: waiting (a backlog), left alone;
+    # shard 2's was sent WAIT seconds ago and never received: gone, sent again
+    found = [shard(1, queued_at=AT - WAIT + 1), shard(2, queued_at=AT - WAIT)]
+    fake = Fake(monkeypatch, [header(S.IN_PROGRESS, **RUNNING)], {"batch_1": found})
+    assert sweep.sweep() == {**NO_ACTIONS, "shards": 1}
+    assert fake.sent == [("shards", {"batch_id": "batch_1", "shard": 2})]
+    assert fake.redrives == {("batch_1", 1): 0, ("batch_1", 2): 1}
 
 
 def test_one_pass_acts_on_every_open_batch(monkeypatch: pytest.MonkeyPatch) -> None:

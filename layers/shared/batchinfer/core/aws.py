@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from batchinfer.core import chaos
 from batchinfer.core.settings import get_settings
 
 _CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=64)
@@ -41,6 +42,8 @@ def _session(endpoint: str | None) -> boto3.session.Session:
     session = boto3.session.Session()
     # On the session, before any client exists: each client copies the session's handlers.
     session.events.register("before-call", _before_call)
+    # First: in-process moto answers `before-send` too (tests), and an injected fault must come first.
+    session.events.register_first("before-send", chaos.aws_fault)
     return session
 
 

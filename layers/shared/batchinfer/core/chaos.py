@@ -5,18 +5,24 @@
 "slow_backend": 0.05, "duplicate_delivery": 0.05}`. Crashes raise `ChaosCrash` at named points of
 the pipeline (the handler then fails like a crashed Lambda: SQS redelivers); backend faults are
 injected by `batchinfer.backends.chaos.ChaosBackend`; duplicate delivery is done by the local stack's SQS
-pollers.
+pollers; `aws_error` answers an AWS API call (any attempt, retries included) with the throttling or
+5xx error that service sends under load (`aws_fault`), before the request is sent: botocore's
+retries then see what they see on AWS.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from functools import lru_cache
+from typing import Any
 
+from botocore.awsrequest import AWSResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -33,6 +39,7 @@ class ChaosConfig(BaseModel):
     slow_backend: float = Field(0.0, ge=0, le=1)
     slow_backend_seconds: float = Field(0.5, ge=0)
     duplicate_delivery: float = Field(0.0, ge=0, le=1)
+    aws_error: float = Field(0.0, ge=0, le=1)
 
 
 class ChaosCrash(RuntimeError):
@@ -78,3 +85,46 @@ def crash_point(fault: str) -> None:
     """Raise `ChaosCrash` here with the probability of `fault`."""
     if roll(fault):
         raise ChaosCrash(fault)
+
+
+# What each service answers when it sheds load: (HTTP status, headers, body) in its own protocol.
+# DynamoDB: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Programming.Errors.html
+# S3: https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html (503 SlowDown)
+# SQS and EventBridge (JSON protocol): a 500 InternalFailure.
+_DYNAMODB_THROTTLE = (
+    b'{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",'
+    b'"message":"chaos: throughput exceeded"}'
+)
+_AWS_FAULTS: dict[str, tuple[int, dict[str, str], bytes]] = {
+    "dynamodb": (400, {"Content-Type": "application/x-amz-json-1.0"}, _DYNAMODB_THROTTLE),
+    "s3": (
+        503,
+        {"Content-Type": "application/xml"},
+        b'<?xml version="1.0" encoding="UTF-8"?>'
+        b"<Error><Code>SlowDown</Code><Message>chaos: please reduce your request rate</Message></Error>",
+    ),
+}
+_OTHER_FAULT = (
+    500,
+    {"Content-Type": "application/x-amz-json-1.0"},
+    b'{"__type":"InternalFailure","message":"chaos: internal failure"}',
+)
+
+
+class _Raw(io.BytesIO):
+    """The body of an injected answer, read as botocore reads a urllib3 response."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self.getvalue()
+
+
+def aws_fault(request: Any, event_name: str = "", **_: Any) -> AWSResponse | None:
+    """botocore `before-send` handler: with the probability of `aws_error`, an injected answer (the
+    request is not sent) for the call named by `event_name` ("before-send.s3.PutObject"); None
+    otherwise, and always when chaos is off. Registered on every client of `batchinfer.core.aws`."""
+    if not roll("aws_error"):
+        return None
+    service = event_name.split(".")[1] if event_name.count(".") >= 2 else ""
+    status, headers, body = _AWS_FAULTS.get(service, _OTHER_FAULT)
+    # A HEAD answer has no body: the caller sees only the status (as S3's "503" for a HEAD).
+    return AWSResponse(request.url, status, headers, _Raw(b"" if request.method == "HEAD" else body))

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     max_line_bytes: int = Field(1024 * 1024, ge=1)
     max_line_errors: int = Field(1_000, ge=1, description="cap on errors.data entries of a failed batch")
+    max_errors_bytes: int = Field(
+        100 * 1024, ge=1024, description="cap on the JSON bytes of errors.data (a DynamoDB item holds 400 KB)"
+    )
     inbox_prefix: str = "inbox/"
     outbox_prefix: str = "outbox/"
     model_registry: Path = DEFAULT_REGISTRY
@@ -56,10 +59,16 @@ class Settings(BaseSettings):
     window_hour_seconds: int = Field(3600, ge=1)
     # Claims of one shard before its remaining requests are failed (below the queue's maxReceiveCount).
     max_shard_attempts: int = Field(4, ge=1)
+    max_finalize_attempts: int = Field(
+        5, ge=1, description="aggregator runs that could not write the result files before the batch fails"
+    )
     # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).
     shard_lease_seconds: int | None = Field(None, ge=1)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.
     stuck_after_seconds: int = Field(900, ge=1)
+    # A shard message not received in this long is gone: the shards queue keeps messages 4 days
+    # (SQS's default MessageRetentionPeriod), and one that kept failing before its claim sits in the DLQ.
+    shard_wait_seconds: int = Field(4 * 86400, ge=1)
     # Per-account limits (an account item may override them): batch creations per calendar
     # minute and batches not yet terminal. Over either, POST /v1/batches answers 429.
     max_creates_per_minute: int = Field(20, ge=1)

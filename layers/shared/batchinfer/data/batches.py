@@ -181,6 +181,17 @@ def publish_progress(batch_id: str, shard_no: int, progress: LiveProgress) -> Ba
     return None if result is None else BatchHeader.model_validate(result["Attributes"])
 
 
+def bump_finalize_failures(batch_id: str) -> int:
+    """Count one more aggregator run that could not write the batch's result files; the new count."""
+    result = handle().update_item(
+        Key=keys.batch(batch_id),
+        UpdateExpression="ADD finalize_failures :one",
+        ExpressionAttributeValues={":one": 1},
+        ReturnValues="UPDATED_NEW",
+    )
+    return int(result["Attributes"]["finalize_failures"])
+
+
 def begin_expiry(batch_id: str, *, at: int | None = None) -> BatchHeader | None:
     """`in_progress -> finalizing` with `final_status = expired`, not sealed yet: the shard workers see
     it in their next `publish_progress`, stop launching requests and commit what finished; the

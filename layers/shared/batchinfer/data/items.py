@@ -95,6 +95,8 @@ class BatchHeader(Item):
     input_bucket: str
     input_key: str
     input_where: str = Field("", description="the storage of input_bucket (`data.locations`): '' is S3")
+    input_version_id: str | None = Field(None, description="the object version prepare reads (inbox uploads)")
+    input_etag: str | None = Field(None, description="the ETag prepare requires (If-Match; inbox uploads)")
     output_bucket: str
     output_prefix: str = Field(description="key prefix of output.jsonl / error.jsonl")
     output_where: str = ""
@@ -112,6 +114,9 @@ class BatchHeader(Item):
     )
     output_expires_at: int | None = Field(
         None, description="when the result files expire (created_at + output_expires_after.seconds)"
+    )
+    finalize_failures: int | None = Field(
+        None, description="aggregator runs that could not write the result files; absent until the first"
     )
 
     def shown_counts(self) -> tuple[RequestCounts, TokenTotals]:
@@ -185,11 +190,21 @@ class Shard(Item):
     parts: list[ResultPart] = Field(default_factory=list)
     completed: int = 0
     failed: int = 0
-    attempts: int = Field(0, description="claims so far")
+    attempts: int = Field(0, description="claims so far less continuations (handed back)")
     redrives: int | None = Field(None, description="re-drives by the sweeper; absent until the first")
     lease_owner: str | None = None
     lease_until: int | None = Field(None, description="the lease's end; absent when not leased")
     updated_at: int | None = Field(None, description="time of the last commit")
+    queued_at: int | None = Field(
+        None, description="when a message for it was sent that no claim has received yet; absent once claimed"
+    )
+
+    def waiting(self, at: int, wait_seconds: int) -> bool:
+        """True while a message for it waits in the queue: sent (prepare, a continuation, a re-drive),
+        not claimed since, and younger than `wait_seconds` (older: SQS dropped it, or it kept failing
+        before any claim and sits in the DLQ). Waiting in a backlog is not failure (issue 12): only a
+        shard whose holder died, or whose message is gone, is re-driven."""
+        return self.queued_at is not None and at - self.queued_at < wait_seconds
 
 
 class FileRecord(Item):

@@ -46,13 +46,26 @@ def result_key(batch_id: str, shard: int, start: int) -> str:
 
 
 def iter_chunks(
-    bucket: str, key: str, *, start: int = 0, end: int | None = None, where: str | None = None
+    bucket: str,
+    key: str,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    where: str | None = None,
+    version_id: str | None = None,
+    if_match: str | None = None,
 ) -> Iterator[bytes]:
-    """The bytes of an object (or of the range `[start, end)`) in chunks of about 1 MiB.
+    """The bytes of an object (or of the range `[start, end)`) in chunks of about 1 MiB; of its
+    `version_id`, or only while its ETag is `if_match`, when given.
 
-    Raises botocore `ClientError` (`NoSuchKey`, `AccessDenied`) when the object can't be read.
+    Raises botocore `ClientError` (`NoSuchKey`, `AccessDenied`, `PreconditionFailed` for another ETag)
+    when the object can't be read.
     """
     kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if version_id:
+        kwargs["VersionId"] = version_id
+    if if_match:
+        kwargs["IfMatch"] = if_match
     if start or end is not None:
         if end is not None and end <= start:
             return

@@ -8,6 +8,7 @@ batch header, guarded by the shard's `next_index`, so repeated work is never cou
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from batchinfer.data import keys
 from batchinfer.data.items import LiveProgress, ResultPart, Shard
@@ -46,7 +47,7 @@ def query(batch_id: str) -> Iterator[Shard]:
 
 def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Shard | None:
     """Lease a pending shard to `owner` for `lease_seconds` (so one message runs it at a time), counting
-    the attempt.
+    the attempt; the message waiting for it has arrived (`queued_at` removed).
 
     Returns the shard as leased, or None when it is done or leased by a live owner (a lease is live
     until the second `lease_until` has passed).
@@ -55,7 +56,8 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
     result = conditional(
         handle().update_item,
         Key=keys.shard(batch_id, shard_no),
-        UpdateExpression="SET lease_owner = :owner, lease_until = :until, attempts = attempts + :one",
+        UpdateExpression="SET lease_owner = :owner, lease_until = :until, attempts = attempts + :one "
+        "REMOVE queued_at",
         ConditionExpression="#state = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
         ExpressionAttributeNames={"#state": "state"},
         ExpressionAttributeValues={
@@ -70,27 +72,37 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
     return None if result is None else Shard.model_validate(result["Attributes"])
 
 
-def release(batch_id: str, shard_no: int, *, owner: str) -> bool:
-    """Give up `owner`'s lease early (continuations), so the next message can claim the shard at once.
-    Returns False when `owner` does not hold it (nothing changed)."""
+def release(batch_id: str, shard_no: int, *, owner: str, continuation: bool = False) -> bool:
+    """Give up `owner`'s lease early, so the next message can claim the shard at once. A `continuation`
+    (the invocation ran short of time, committed what it finished and sends the shard's message
+    again) hands its attempt back too and marks that message queued (`queued_at`): only claims whose
+    holder died count toward `max_shard_attempts` (issue 12), so a healthy shard that needs many
+    invocations keeps going. Returns False when `owner` does not hold it (nothing changed).
+    """
+    values: dict[str, Any] = {":owner": owner}
+    handed_back = ""
+    if continuation:
+        handed_back = " SET attempts = attempts - :one, queued_at = :now"
+        values |= {":one": 1, ":now": now()}
     return (
         conditional(
             handle().update_item,
             Key=keys.shard(batch_id, shard_no),
-            UpdateExpression="REMOVE lease_until",
+            UpdateExpression=f"REMOVE lease_until{handed_back}",
             ConditionExpression="lease_owner = :owner",
-            ExpressionAttributeValues={":owner": owner},
+            ExpressionAttributeValues=values,
         )
         is not None
     )
 
 
-def bump_redrives(batch_id: str, shard_no: int) -> int:
-    """Count one more re-drive of a stuck shard by the sweeper; returns the new count."""
+def bump_redrives(batch_id: str, shard_no: int, *, at: int) -> int:
+    """Count one more re-drive of a stuck shard by the sweeper, whose message is queued at `at` (Unix
+    seconds: the sweeper's clock); returns the new count."""
     result = handle().update_item(
         Key=keys.shard(batch_id, shard_no),
-        UpdateExpression="ADD redrives :one",
-        ExpressionAttributeValues={":one": 1},
+        UpdateExpression="ADD redrives :one SET queued_at = :at",
+        ExpressionAttributeValues={":one": 1, ":at": at},
         ReturnValues="UPDATED_NEW",
     )
     return int(result["Attributes"]["redrives"])

@@ -17,11 +17,14 @@ import itertools
 import math
 from collections.abc import Iterator
 
+from botocore.exceptions import ClientError
+
 from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
+from batchinfer.data.locations import located
 from batchinfer.data.table import now
 from batchinfer.pipeline import worker
 from batchinfer.pipeline.worker import never_ran, parse_shard
@@ -33,6 +36,12 @@ AGGREGATOR_OWNER = "aggregator/"
 WAIT_SECONDS = 2
 # Beyond the grace and two progress intervals (the workers' delay in seeing the end): their commits.
 SETTLE_MARGIN_SECONDS = 15
+# The S3 calls that write a result file (s3transfer: one PUT, or a multipart upload).
+WRITE_OPERATIONS = frozenset({"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"})
+# Storage errors that pass (S3's throttling and 5xx): never counted as a failed finalize.
+TRANSIENT_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "InternalError", "ServiceUnavailable", "RequestTimeout"}
+)
 
 
 def settle_deadline(header: BatchHeader) -> int:
@@ -151,6 +160,38 @@ def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tupl
     return file_id, counter.lines
 
 
+def _unwritable(header: BatchHeader, error: ClientError) -> str | None:
+    """After the result files could not be written: count it (`finalize_failures`) when the output
+    location refused the write (not our own bucket's reads, not throttling or a 5xx); at the
+    `max_finalize_attempts`-th, end the batch (`failed`, or `cancelled` for a cancel: the status machine
+    allows no other) with an `output_write_failed` entry in `errors.data` and return that status.
+    None: let the run fail, to be tried again (issue 12: `finalizing` had no way out)."""
+    code = error.response.get("Error", {}).get("Code", "")
+    if error.operation_name not in WRITE_OPERATIONS or code in TRANSIENT_CODES:
+        return None
+    attempts = batches.bump_finalize_failures(header.id)
+    logger.warning(
+        "finalize: the result files could not be written",
+        extra={"batch_id": header.id, "code": code, "attempts": attempts},
+    )
+    limit = get_settings().max_finalize_attempts
+    if attempts < limit:
+        return None
+    where = located(header.output_where, header.output_bucket, header.output_prefix).uri()
+    entry = {
+        "code": "output_write_failed",
+        "message": f"The batch's results could not be written to {where} in {limit} attempts ({code}): "
+        "check that the location exists and that batchinfer may write to it.",
+        "param": None,
+        "line": None,
+    }
+    final = BatchStatus.CANCELLED if header.status == BatchStatus.CANCELLING else BatchStatus.FAILED
+    done = batches.transition(
+        header.id, final, changes=BatchChanges(errors={"object": "list", "data": [entry]})
+    )
+    return final.value if done else "skipped"
+
+
 def finalize_batch(batch_id: str) -> str:
     """Write the result files of a batch and move it to its final status. Returns that status,
     `waiting` (an ending batch whose workers still hold leases: asked again in `WAIT_SECONDS`, until
@@ -173,10 +214,6 @@ def finalize_batch(batch_id: str) -> str:
     final = BatchStatus(sealed.final_status)
     # A batch cancelled while validating never ran: shard items prepare may have written don't count.
     found = list(shards.query(batch_id)) if sealed.in_progress_at else []
-    output_id, completed = _write_file(
-        sealed, "output", _result_parts(settings.bucket_name, found, errors=False)
-    )
-    chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
 
     def error_chunks() -> Iterator[bytes]:
         if final not in worker.ENDINGS:
@@ -187,7 +224,17 @@ def finalize_batch(batch_id: str) -> str:
             yield from _result_parts(settings.bucket_name, [shard], errors=True)
             yield from _never_ran(batch_id, settings.bucket_name, [shard], final)
 
-    error_id, failed = _write_file(sealed, "error", error_chunks())
+    try:
+        output_id, completed = _write_file(
+            sealed, "output", _result_parts(settings.bucket_name, found, errors=False)
+        )
+        chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
+        error_id, failed = _write_file(sealed, "error", error_chunks())
+    except ClientError as error:
+        ended = _unwritable(sealed, error)
+        if ended is None:
+            raise  # SQS redelivers; the sweeper re-sends a lost finalize
+        return ended
     counts = {"total": completed + failed, "completed": completed, "failed": failed}
     if final == BatchStatus.COMPLETED and counts["total"] != sealed.request_counts.total:
         logger.error("result lines differ from the input's requests", extra={"batch_id": batch_id, **counts})

@@ -44,6 +44,9 @@ def start_from_record(record: S3EventRecord) -> str | None:
         input_file_id=f"s3://{bucket}/{key}",
         input_bucket=bucket,
         input_key=key,
+        # Prepare reads this upload, not a later overwrite: that version, or (unversioned) this ETag.
+        input_version_id=obj.version_id or None,
+        input_etag=None if obj.version_id else (obj.etag or None),
         endpoint=CHAT_ENDPOINT,
         completion_window="24h",
         output_bucket=bucket,

@@ -24,6 +24,8 @@ def create_batch(
     output_bucket: str | None = None,
     output_prefix: str | None = None,
     input_where: str = "",
+    input_version_id: str | None = None,
+    input_etag: str | None = None,
     output_where: str = "",
     input_source: InputSource | None = None,
     output_target: OutputTarget | None = None,
@@ -40,6 +42,7 @@ def create_batch(
     bucket, `batches/<id>/`); `input_where`/`output_where` say which storage holds those buckets
     (`batchinfer.data.locations`). `input_source` ... `output_user_cos_path` are the TokenHub fields
     of the request (None: not given, as for inbox uploads).
+    `input_version_id` / `input_etag` pin the object prepare reads (the upload an S3 event named).
     `max_active` / `max_per_minute` are the account's limits (None: counted, never refused).
     `output_expires_after`: seconds after creation at which the result files expire (None: never).
     `at` is the creation time (Unix seconds, default now).
@@ -66,6 +69,8 @@ def create_batch(
         input_bucket=input_bucket,
         input_key=input_key,
         input_where=input_where,
+        input_version_id=input_version_id,
+        input_etag=input_etag,
         output_bucket=output_bucket or settings.bucket_name,
         output_prefix=output_prefix or f"batches/{batch_id}/",
         output_where=output_where,

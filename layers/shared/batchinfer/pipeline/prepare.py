@@ -17,6 +17,7 @@ from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, Shard
+from batchinfer.data.table import now
 from batchinfer.validation.file import FileValidator
 from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.wire.status import BatchStatus
@@ -86,10 +87,17 @@ def prepare_batch(batch_id: str) -> str:
         max_line_bytes=settings.max_line_bytes,
         max_errors=settings.max_line_errors,
         model_names=registry.names(),
+        max_error_bytes=settings.max_errors_bytes,
     )
     written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
-    source = s3.iter_chunks(header.input_bucket, header.input_key, where=header.input_where)
+    source = s3.iter_chunks(
+        header.input_bucket,
+        header.input_key,
+        where=header.input_where,
+        version_id=header.input_version_id,
+        if_match=header.input_etag,
+    )
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     try:
         for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
@@ -98,21 +106,21 @@ def prepare_batch(batch_id: str) -> str:
             written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
     except ClientError as error:
         code = error.response["Error"]["Code"]
+        message = (
+            f"the input file changed after the upload that started this batch ({code}): "
+            "its new upload starts a batch of its own"
+            if code == "PreconditionFailed"
+            else f"the input file could not be read ({code})"
+        )
         return _fail(
             batch_id,
-            [
-                {
-                    "code": "input_file_unavailable",
-                    "line": None,
-                    "param": "input_file_id",
-                    "message": f"the input file could not be read ({code})",
-                }
-            ],
+            [{"code": "input_file_unavailable", "line": None, "param": "input_file_id", "message": message}],
         )
     if validator.error_count:
         return _fail(batch_id, [e.model_dump() for e in validator.errors])
+    queued_at = now()  # their messages are sent below: each waits in the queue until its claim
     for shard in written:
-        shards.put(batch_id, shard)
+        shards.put(batch_id, shard.model_copy(update={"queued_at": queued_at}))
     started = batches.transition(
         batch_id,
         BatchStatus.IN_PROGRESS,

@@ -3,7 +3,9 @@
 For every open batch: past `expires_at` -> begin its expiry (`batches.begin_expiry`) and ask the
 aggregator to end it;
 a lost prepare, shard or finalize message (no progress for `stuck_after` seconds) -> send it again.
-Every re-sent message is safe to receive twice.
+A shard is lost only when nobody works on it (no live lease) and no message for it waits in the
+queue (`Shard.waiting`: sent, not claimed since, younger than `shard_wait_seconds`): a backlog delays
+a batch, it never fails one. Every re-sent message is safe to receive twice.
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ def sweep() -> dict[str, int]:
             if any((s.lease_until or 0) >= at for s in found if s.state == "pending"):
                 continue  # a worker holds a live lease: slow, not stuck (its shard's commit is still to come)
             for shard in found:
-                if shard.state != "pending":
-                    continue
-                # Its messages keep dying (even before a claim, e.g. into the DLQ): give up on its rest.
-                if shards.bump_redrives(batch_id, shard.shard) > settings.max_shard_attempts:
+                if shard.state != "pending" or shard.waiting(at, settings.shard_wait_seconds):
+                    continue  # done, or its message waits in the queue (a backlog is not a failure)
+                # Its holder died, or its message is gone (e.g. into the DLQ): send it again, or after
+                # `max_shard_attempts` re-drives give up on its rest.
+                if shards.bump_redrives(batch_id, shard.shard, at=at) > settings.max_shard_attempts:
                     worker.fail_shard(
                         batch_id,
                         shard,

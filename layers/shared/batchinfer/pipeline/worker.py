@@ -653,7 +653,8 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     Progress is committed every `checkpoint_seconds`, so a crash re-sends to the model at most the
     requests since the last checkpoint; results written by an attempt that died before its commit
     are committed as they are, not run again. A shard claimed more than `max_shard_attempts` times
-    (it keeps killing its worker) has its remaining requests written as `processing_failed` errors.
+    (it keeps killing its worker; a continuation hands its claim back) has its remaining requests
+    written as `processing_failed` errors.
     """
     settings = get_settings()
     batch_id, shard_no = message.batch_id, message.shard
@@ -740,7 +741,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         _end_early(batch_id, link.ending)
         return "stopped"
     if start < size:
-        shards.release(batch_id, shard_no, owner=owner)
+        shards.release(batch_id, shard_no, owner=owner, continuation=True)
         sqs.send(settings.shards_queue_url, [message])
         metrics.add_metric(name="Continuations", unit=MetricUnit.Count, value=1)
         return "continued"
@@ -776,17 +777,29 @@ def _finalize_if_last(batch_id: str) -> None:
         sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
 
 
+# The lease owner of the sweeper's claims (`fail_shard`): not a worker.
+SWEEPER_OWNER = "sweeper/"
+
+
 def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     """Record a shard's unfinished requests as `processing_failed` error lines (its messages keep dying).
 
-    Returns False when another attempt committed first (nothing written counts).
+    The shard is claimed first, as a worker would, so no worker writes its result key meanwhile (each
+    writer of a key holds the shard's lease: issue 12). Returns False when a live lease holds it or
+    another attempt committed first (nothing written counts; the sweeper looks again later).
     """
     settings = get_settings()
-    start, size = shard.next_index, shard.size
+    owner = f"{SWEEPER_OWNER}{batch_id}"
+    claimed = shards.claim(batch_id, shard.shard, owner=owner, lease_seconds=60)
+    if claimed is None:
+        return False
+    start, size = claimed.next_index, claimed.size
+    shard = claimed
     requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))[start:]
     data, counts = never_ran(batch_id, requests, "processing_failed", reason)
     part = _write_part(batch_id, shard.shard, start, size, data, 0, counts)
-    if not shards.commit(batch_id, shard.shard, part, size=size, **counts):
+    if not shards.commit(batch_id, shard.shard, part, size=size, **counts):  # the commit ends the lease
+        shards.release(batch_id, shard.shard, owner=owner)
         return False
     _count_commit(counts)
     _finalize_if_last(batch_id)

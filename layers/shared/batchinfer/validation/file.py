@@ -22,6 +22,7 @@ first failing stage is reported and the later stages are skipped for that line, 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, NamedTuple
@@ -157,6 +158,8 @@ def _starts_array_of_objects(data: bytes) -> bool:
     return head == b"[" or (head[:1] == b"[" and head[1:].lstrip(b" \t")[:1] == b"{")
 
 
+# A line's unexpected keys named in its message, at most (the rest counted): messages stay short.
+SHOWN_KEYS = 5
 # How many non-blank lines `jsonl_format_problem` looks at.
 FORMAT_CHECK_LINES = 5
 
@@ -205,7 +208,8 @@ class FileValidator:
 
     Feed every `PhysicalLine` in order to `feed`, then call `finish` once with the file's byte count
     (or use `validate_stream`, which does both). Afterwards `ok` says whether the batch may run,
-    `errors` holds the first `max_errors` problems (`error_count` counts all of them),
+    `errors` holds the first problems, at most `max_errors` of them and `max_error_bytes` of their JSON
+    (`error_count` counts all of them),
     `request_count` the non-blank lines (one request each, valid or not) and `model` the file's model
     (from the first line that passed its envelope and url checks).
 
@@ -235,6 +239,7 @@ class FileValidator:
         max_line_bytes: int = 1024 * 1024,
         max_errors: int = 1000,
         model_names: Iterable[str] = (),
+        max_error_bytes: int = 100 * 1024,
     ) -> None:
         found = ENDPOINTS.get(endpoint) or (find_endpoint(endpoint) or (None,))[0]
         if found is None:
@@ -247,9 +252,11 @@ class FileValidator:
         self.max_file_bytes = max_file_bytes
         self.max_line_bytes = max_line_bytes
         self.max_errors = max_errors
+        self.max_error_bytes = max_error_bytes
 
         self.errors: list[LineError] = []
         self.error_count = 0
+        self._error_bytes = 2  # of `json.dumps(errors)`: the brackets, then each error and its ", "
         self.request_count = 0
         self.model: str | None = None
         self._model_line = 0
@@ -274,7 +281,15 @@ class FileValidator:
 
     def _add_all(self, errors: list[LineError]) -> None:
         self.error_count += len(errors)
-        self.errors += errors[: max(0, self.max_errors - len(self.errors))]
+        for error in errors:
+            if len(self.errors) >= self.max_errors or self._error_bytes >= self.max_error_bytes:
+                return
+            size = len(json.dumps(error.model_dump())) + 2
+            if self._error_bytes + size > self.max_error_bytes:
+                self._error_bytes = self.max_error_bytes  # full: later (shorter) errors would be out of order
+                return
+            self._error_bytes += size
+            self.errors.append(error)
 
     def feed(self, line: PhysicalLine) -> RequestLine | None:
         """Check one physical line; return its request, or None for a blank or bad line.
@@ -485,7 +500,10 @@ class FileValidator:
                     and "body" not in obj
                     and (other := set(obj) - set(_ENVELOPE_EXPECTED))
                 ):
-                    keys = ", ".join(quote(k) for k in sorted(other))
+                    named = sorted(other)
+                    keys = ", ".join(quote(k) for k in named[:SHOWN_KEYS])
+                    if len(named) > SHOWN_KEYS:
+                        keys += f" and {len(named) - SHOWN_KEYS:,} more"
                     error = error.model_copy(
                         update={"message": f"{error.message[:-1]} (the line has {keys})."}
                     )
