@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.parser.models import S3Model
 
+from batchinfer_local import moto_compat
 from batchinfer_local.functions import FunctionSpec, HttpApiEventSpec, ScheduleEventSpec
 from batchinfer_local.http import Route, Router, http_api_event, http_response
 from batchinfer_local.moto_compat import complete_s3_notification
@@ -338,7 +339,9 @@ def test_stream_record_is_the_lambda_dynamodb_event_record() -> None:
     }
 
 
-def test_moto_forgets_read_iterators_and_records_every_reader_has_read() -> None:
+def test_moto_forgets_read_iterators_and_records_every_reader_has_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import boto3
     from moto import mock_aws
     from moto.dynamodbstreams.models import dynamodbstreams_backends
@@ -381,5 +384,20 @@ def test_moto_forgets_read_iterators_and_records_every_reader_has_read() -> None
             ] == ["c"]
             nxt = streams.get_records(ShardIterator=read["NextShardIterator"])
             assert [r["dynamodb"]["Keys"]["k"]["S"] for r in nxt["Records"]] == ["c"]
+            # A reader that gave its iterator up (after a failed poll) stops keeping records once the
+            # iterator expires unused
+            abandoned = nxt["NextShardIterator"]
+            dynamodb.put_item(TableName="t", Item={"k": {"S": "d"}})
+            backend = dynamodbstreams_backends["123456789012"]["us-east-1"]
+            shard_items = backend.shard_iterators[abandoned].stream_shard.items
+            kept = len(shard_items)
+            now = time.monotonic()
+            later = now + moto_compat.ITERATOR_TTL_S + 1
+            streams.get_records(ShardIterator=iterator())  # sees `abandoned` for the first time
+            assert abandoned in backend.shard_iterators and len(shard_items) == kept
+            monkeypatch.setattr(moto_compat.time, "monotonic", lambda: later)
+            fresh = streams.get_records(ShardIterator=iterator())
+            assert abandoned not in backend.shard_iterators
+            assert len(shard_items) == 0 and fresh["Records"][-1]["dynamodb"]["Keys"]["k"]["S"] == "d"
         finally:
             trim_read_stream_records(False)
