@@ -3,6 +3,8 @@
 Prints one table of ratios (the machine is noisy: only figures measured together are compared),
 then the AWS calls per 1,000 requests by operation and the cost per million requests. Sections:
 
+0. the grid (benchmarks/grid.py): whole batches through the local stack against refusing, queueing and
+   tokens-per-minute servers x C x L, vs the `openai` SDK told C and vs C/L, with each cell's cost;
 1. backend saturation: the shard worker vs C/L of a simulated backend, and a plain asyncio client;
 2. embedded model: a 32-request batch through the local stack vs the single-sequence path and the
    raw batched-decode ceiling (benchmarks/ceiling.py);
@@ -10,7 +12,7 @@ then the AWS calls per 1,000 requests by operation and the cost per million requ
 4. aggregation: merging shard results vs a raw S3 copy of the same bytes;
 5. AWS calls per 1,000 requests, and cost per million requests.
 
-    .venv/bin/python benchmarks/run.py                 # everything (about 10 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py                 # everything (about 25 minutes on 2 cores)
     .venv/bin/python benchmarks/run.py --only prepare,aggregation
 """
 
@@ -28,12 +30,76 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.common import HEADER, Row, markdown_table
 
-SECTIONS = ("saturation", "embedded", "prepare", "aggregation", "aws")
+SECTIONS = ("grid", "saturation", "embedded", "prepare", "aggregation", "aws")
 LATENCY_S, CAPACITY = 0.5, 48  # the simulated backend of the saturation section
 
 
 def _say(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def grid(rows: list[Row], notes: list[str]) -> str:
+    from benchmarks import grid as bench
+
+    result = bench.measure(say=_say)
+    cells = result["rows"]
+    met = sum(r["met"] for r in cells)
+    rows.append(
+        Row(
+            f"grid: cells at >= 0.95 of the SDK told C and >= 0.90 of C/L ({len(cells)} cells, "
+            f"{result['seconds']:.0f} s)",
+            f"{met} of {len(cells)}",
+            "",
+            None,
+            f"{len(cells)} of {len(cells)}",
+            met == len(cells),
+        )
+    )
+    for r in cells:
+        rows.append(
+            Row(
+                f"grid: {r['kind']} C={r['C'] or r['told']} L={r['L']:g} s, {r['n']:,} requests vs the SDK",
+                f"{r['batch_rps']:.1f} req/s",
+                f"{r['sdk_rps']:.1f} req/s (C/L {r['ideal']:.0f})",
+                r["vs_sdk"],
+                ">= 0.95, >= 0.90 of C/L",
+                r["met"],
+            )
+        )
+    queueing = [r for r in cells if r["kind"] == "queueing"]
+    settled = [r for r in queueing if r["settled_queue"] <= max(1, 0.1 * r["C"])]
+    if queueing:
+        rows.append(
+            Row(
+                "grid: queueing servers, settled queue (50-90% served) within 10% of C (1 at C = 8)",
+                f"{len(settled)} of {len(queueing)}",
+                "",
+                None,
+                f"{len(queueing)} of {len(queueing)}",
+                len(settled) == len(queueing),
+            )
+        )
+    by_c = {r["C"]: r for r in cells if r["kind"] == "refusing" and r["L"] == 1.0}
+    if 8 in by_c and 512 in by_c:
+        small, large = by_c[8]["rss_peak_mib"], by_c[512]["rss_peak_mib"]
+        rows.append(
+            Row(
+                "grid: shard worker RSS at 512 in flight (refusing C=512, L=1) vs at 8",
+                f"{large:.0f} MiB",
+                f"{small:.0f} MiB",
+                large / small if small else None,
+                "<= 1.10",
+                bool(small) and large / small <= 1.10,
+            )
+        )
+    sdk_cpu = ", ".join(f"{r['sdk_cpu_ms']:.1f}" for r in cells)
+    notes.append(
+        f"grid: load average before each cell {', '.join(f'{x:.1f}' for x in result['loads'])} "
+        f"({os.cpu_count()} CPUs); a 1-request batch takes {result['overhead_s']:.2f} s from create to "
+        f"completed (in every cell's time); SDK CPU per request "
+        f"{sdk_cpu} ms"
+    )
+    return bench.table(cells)
 
 
 def saturation(rows: list[Row], notes: list[str]) -> dict[str, Any]:
@@ -238,6 +304,7 @@ def main() -> None:
     rows: list[Row] = []
     notes: list[str] = []
     extra = ""
+    grid_table = ""
     worker_rate = None
     started = time.monotonic()
     for section in SECTIONS:
@@ -246,7 +313,9 @@ def main() -> None:
         _say(f"{section} ...")
         before = len(rows)
         try:
-            if section == "saturation":
+            if section == "grid":
+                grid_table = grid(rows, notes)
+            elif section == "saturation":
                 worker_rate = saturation(rows, notes)["worker"].rate()
             elif section == "embedded":
                 embedded(rows, notes)
@@ -264,6 +333,9 @@ def main() -> None:
         for row in rows[before:]:
             _say(" | ".join(row.cells()))
     print(markdown_table(HEADER, [row.cells() for row in rows]))
+    if grid_table:
+        print()
+        print(grid_table)
     if extra:
         print()
         print(extra)

@@ -1,12 +1,35 @@
-"""A simulated OpenAI-compatible model server: fixed latency, fixed capacity, 429 beyond it.
+"""A simulated OpenAI-compatible model server of three kinds, on a raw asyncio HTTP/1.1 server.
 
-It behaves like Hugging Face TGI with `max_concurrent_requests` (429 "Model is overloaded", no
-Retry-After) in front of a model that takes exactly `latency` seconds per request, so the best any
-client can do is `capacity / latency` requests per second. Run it in its own process:
+Kinds (all answer `POST .../chat/completions` with a fixed chat.completion after `latency` s):
 
-    python -m benchmarks.sim_backend --port 8123 --latency 0.2 --capacity 32
+- `refusing` (TGI with `max_concurrent_requests`): at most `capacity` requests in service; one more is
+  answered at once with 429 `{"error": "Model is overloaded", "error_type": "overloaded"}`, no
+  Retry-After.
+- `queueing` (vLLM): never refuses. `capacity` slots; a request takes `latency` once it has a slot,
+  the rest wait in one FIFO queue, so beyond C in flight the latency rises by L per C queued. The
+  completion time of each request is computed on arrival (fixed service time, FIFO: the slot that
+  frees first is the one taken longest ago, a deque of C free-times), one timer per request.
+- `tpm` (hosted APIs: OpenAI, Azure, Bedrock): a token bucket over prompt + completion tokens,
+  refilled at `tpm`/60 tokens/s, holding at most `burst` seconds of refill. A request costs
+  len(body)/4 prompt tokens + its max_tokens (reserved at admission, as OpenAI does); when the bucket
+  holds less, 429 with `retry-after-ms` (exact) and `retry-after` (whole seconds, rounded up) and an
+  OpenAI rate-limit envelope. No concurrency limit (optionally `capacity` too).
 
-`GET /stats` returns the counters, `POST /reset` zeroes them (between runs).
+Stats: `GET /stats` -> JSON {kind, capacity, latency, in_system, peak (max concurrent in the server,
+queued included), max_queue, served, refused, connections, cpu_s, series: [[t, in_system, queue_max,
+served]...] every 100 ms}; `POST /reset` zeroes the counters (between runs; a bucket is refilled).
+
+The server is one asyncio.Protocol per connection with a minimal HTTP/1.1 parser (keep-alive,
+Content-Length bodies, no chunked uploads, no pipelining needed by the clients here): ~30 us of CPU
+per request, so one core serves well over 10,000 req/s (see REPORT.md), far above what a Python
+client can send.
+
+    python -m benchmarks.sim_backend --port 8123 --kind queueing --latency 0.2 --capacity 32
+
+`POST /reset?kind=queueing&capacity=128&latency=1.0&tpm=...` also changes the server's kind and sizes
+(one server process for a whole grid). Hand-written rather than on an ASGI server: uvicorn costs ~1 ms
+of CPU per request, which at C = 512, L = 0.2 (2,560 req/s) would make the server the bottleneck and
+put its CPU on the machine the client is measured on.
 """
 
 from __future__ import annotations
@@ -14,88 +37,261 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import resource
 import time
-from typing import Any
+from collections import deque
+from urllib.parse import parse_qs
 
-import uvicorn
-
-_COMPLETION = {
-    "object": "chat.completion",
-    "model": "sim",
-    "choices": [
-        {
-            "index": 0,
-            "finish_reason": "stop",
-            "message": {"role": "assistant", "content": "Paris is the capital of France."},
-        }
-    ],
-    "usage": {"prompt_tokens": 24, "completion_tokens": 8, "total_tokens": 32},
-}
+_COMPLETION_HEAD = b'{"id":"chatcmpl-'
+_COMPLETION_TAIL = (
+    b'","object":"chat.completion","created":1700000000,"model":"sim","choices":[{"index":0,'
+    b'"finish_reason":"stop","message":{"role":"assistant","content":"Paris is the capital '
+    b'of France."}}],"usage":{"prompt_tokens":24,"completion_tokens":8,"total_tokens":32}}'
+)
 _OVERLOADED = json.dumps({"error": "Model is overloaded", "error_type": "overloaded"}).encode()
-_JSON = [(b"content-type", b"application/json")]
+_RATE_LIMITED = json.dumps(
+    {
+        "error": {
+            "message": "Rate limit reached for sim in organization org-sim on "
+            "tokens per min (TPM). Please try again later.",
+            "type": "tokens",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
+).encode()
+_REASONS = {200: b"OK", 404: b"Not Found", 429: b"Too Many Requests", 400: b"Bad Request"}
 
 
-def build_app(latency: float, capacity: int) -> Any:
-    """The ASGI app (plain ASGI: a framework's routing would only add overhead to the measurement)."""
-    stats = {"in_flight": 0, "peak": 0, "served": 0, "refused": 0, "connections": 0}
-    clients: set[Any] = set()
+def _response(status: int, body: bytes, extra: bytes = b"", close: bool = False) -> bytes:
+    return b"".join(
+        (
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            % (status, _REASONS.get(status, b"X"), len(body)),
+            extra,
+            b"connection: close\r\n" if close else b"",
+            b"\r\n",
+            body,
+        )
+    )
 
-    async def respond(send: Any, status: int, body: bytes) -> None:
-        await send({"type": "http.response.start", "status": status, "headers": _JSON})
-        await send({"type": "http.response.body", "body": body})
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        more = True
-        while more:  # read (and drop) the request body
-            message = await receive()
-            more = message.get("more_body", False)
-        path = scope["path"]
-        if scope.get("client") not in clients:
-            clients.add(scope.get("client"))
-            stats["connections"] = len(clients)
-        if path.endswith("/stats"):
-            return await respond(send, 200, json.dumps(stats).encode())
-        if path.endswith("/reset"):
-            clients.clear()
-            stats.update(peak=0, served=0, refused=0, connections=0)
-            return await respond(send, 200, b"{}")
-        if stats["in_flight"] >= capacity:
-            stats["refused"] += 1
-            return await respond(send, 429, _OVERLOADED)
-        stats["in_flight"] += 1
-        stats["peak"] = max(stats["peak"], stats["in_flight"])
-        try:
-            await asyncio.sleep(latency)
-            stats["served"] += 1
-            body = {**_COMPLETION, "id": f"chatcmpl-{stats['served']}", "created": int(time.time())}
-        finally:
-            stats["in_flight"] -= 1
-        await respond(send, 200, json.dumps(body).encode())
+class Sim:
+    """The server's state, shared by all connections."""
 
-    return app
+    def __init__(self, kind: str, capacity: int, latency: float, tpm: float, burst: float) -> None:
+        if kind not in ("refusing", "queueing", "tpm"):
+            raise ValueError(kind)
+        self.kind, self.capacity, self.latency = kind, capacity, latency
+        self.tpm, self.burst = tpm, burst
+        self.loop = asyncio.get_running_loop()
+        self.reset()
+        self.loop.call_later(0.1, self._tick)
+
+    def reset(self, **changes: str) -> None:
+        """Zero the counters (and refill the bucket); `changes` (query parameters) set the kind, capacity,
+        latency, tpm or burst first. Raises ValueError for an unknown kind."""
+        if "kind" in changes:
+            if changes["kind"] not in ("refusing", "queueing", "tpm"):
+                raise ValueError(changes["kind"])
+            self.kind = changes["kind"]
+        for name in ("capacity",):
+            if name in changes:
+                setattr(self, name, int(changes[name]))
+        for name in ("latency", "tpm", "burst"):
+            if name in changes:
+                setattr(self, name, float(changes[name]))
+        self.in_system = 0  # requests accepted and not yet answered (in service + queued)
+        self.peak = self.max_queue = self.served = self.refused = 0
+        self.spent = 0.0  # tpm: tokens taken from the bucket
+        self.clients: set[object] = set()
+        self.slots: deque[float] = deque([0.0] * self.capacity)  # queueing: when each slot frees, FIFO
+        self.tokens = self.tpm * self.burst / 60.0
+        self.refilled = self.loop.time()
+        self.started = self.loop.time()
+        self.series: list[list[float]] = []
+        self._bucket_queue_max = 0
+        self.cpu0 = time.process_time()
+
+    def _tick(self) -> None:
+        self.series.append(
+            [round(self.loop.time() - self.started, 2), self.in_system, self._bucket_queue_max, self.served]
+        )
+        if len(self.series) > 100_000:
+            del self.series[:50_000]
+        self._bucket_queue_max = max(0, self.in_system - self.capacity) if self.kind == "queueing" else 0
+        self.loop.call_later(0.1, self._tick)
+
+    def stats(self) -> dict:
+        return {
+            "kind": self.kind,
+            "capacity": self.capacity,
+            "latency": self.latency,
+            "tpm": self.tpm,
+            "in_system": self.in_system,
+            "peak": self.peak,
+            "max_queue": self.max_queue,
+            "served": self.served,
+            "tokens_spent": round(self.spent, 1),
+            "refused": self.refused,
+            "connections": len(self.clients),
+            "cpu_s": round(time.process_time() - self.cpu0, 3),
+            "rusage_max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "series": self.series,
+        }
+
+    def chat(self, proto: ChatProtocol, body: bytes) -> None:
+        """Admit, refuse or queue one chat completion request; answer it on `proto` when done."""
+        now = self.loop.time()
+        if self.kind == "refusing":
+            if self.in_system >= self.capacity:
+                self.refused += 1
+                proto.send(_response(429, _OVERLOADED))
+                return
+            done = now + self.latency
+        elif self.kind == "queueing":
+            free = self.slots.popleft()
+            done = max(now, free) + self.latency
+            self.slots.append(done)
+        else:  # tpm
+            rate = self.tpm / 60.0
+            self.tokens = min(self.tpm * self.burst / 60.0, self.tokens + (now - self.refilled) * rate)
+            self.refilled = now
+            cost = len(body) / 4.0 + _max_tokens(body)
+            if self.tokens < cost or (self.capacity and self.in_system >= self.capacity):
+                self.refused += 1
+                wait = max(0.001, (cost - self.tokens) / rate)
+                proto.send(
+                    _response(
+                        429,
+                        _RATE_LIMITED,
+                        b"retry-after-ms: %d\r\nretry-after: %d\r\n"
+                        % (math.ceil(wait * 1000), math.ceil(wait)),
+                    )
+                )
+                return
+            self.tokens -= cost
+            self.spent += cost
+            done = now + self.latency
+        self.in_system += 1
+        if self.in_system > self.peak:
+            self.peak = self.in_system
+        queue = self.in_system - self.capacity
+        if self.kind == "queueing" and queue > 0:
+            if queue > self.max_queue:
+                self.max_queue = queue
+            if queue > self._bucket_queue_max:
+                self._bucket_queue_max = queue
+        self.loop.call_at(done, self._finish, proto)
+
+    def _finish(self, proto: ChatProtocol) -> None:
+        self.in_system -= 1
+        self.served += 1
+        proto.send(_response(200, b"%s%d%s" % (_COMPLETION_HEAD, self.served, _COMPLETION_TAIL)))
+
+
+def _max_tokens(body: bytes) -> int:
+    at = body.find(b'"max_tokens"')
+    if at < 0:
+        return 16
+    digits = body[body.find(b":", at) + 1 : body.find(b":", at) + 12].strip()
+    number = b""
+    for ch in digits:
+        if 48 <= ch <= 57:
+            number += bytes([ch])
+        elif number:
+            break
+    return int(number or 16)
+
+
+class ChatProtocol(asyncio.Protocol):
+    """One client connection: parse HTTP/1.1 requests, hand chats to `Sim`, write answers."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.close_after = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.sim.clients.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.sim.clients.discard(self)
+
+    def send(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+            if self.close_after:
+                self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(buf[:end])
+            lower = head.lower()
+            length = 0
+            at = lower.find(b"\r\ncontent-length:")
+            if at >= 0:
+                stop = lower.find(b"\r\n", at + 2)
+                length = int(lower[at + 17 : stop if stop >= 0 else None])
+            if len(buf) < end + 4 + length:
+                return
+            body = bytes(buf[end + 4 : end + 4 + length])
+            del buf[: end + 4 + length]
+            if b"\r\nconnection: close" in lower:
+                self.close_after = True
+            line = head[: head.find(b"\r\n")] if b"\r\n" in head else head
+            parts = line.split(b" ")
+            target = parts[1] if len(parts) > 1 else b"/"
+            path, _, query = target.partition(b"?")
+            self.route(parts[0], path, body, query)
+
+    def route(self, method: bytes, path: bytes, body: bytes, query: bytes = b"") -> None:
+        if path.endswith(b"/chat/completions") and method == b"POST":
+            self.sim.chat(self, body)
+        elif path.endswith(b"/stats"):
+            self.send(_response(200, json.dumps(self.sim.stats()).encode()))
+        elif path.endswith(b"/reset"):
+            changes = {key: values[-1] for key, values in parse_qs(query.decode()).items()}
+            self.sim.reset(**changes)
+            self.sim.clients.add(self)
+            self.send(_response(200, b"{}"))
+        else:
+            self.send(_response(404, b'{"error":"not found"}'))
+
+
+async def serve(port: int, kind: str, capacity: int, latency: float, tpm: float, burst: float) -> None:
+    sim = Sim(kind, capacity, latency, tpm, burst)
+    server = await asyncio.get_running_loop().create_server(
+        lambda: ChatProtocol(sim), "127.0.0.1", port, backlog=4096, reuse_address=True
+    )
+    async with server:
+        await server.serve_forever()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds per request")
-    parser.add_argument("--capacity", type=int, default=32, help="requests served at once")
-    args = parser.parse_args()
-    uvicorn.run(
-        build_app(args.latency, args.capacity),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        http="h11",
-        loop="asyncio",
-        backlog=4096,
+    parser.add_argument("--kind", choices=("refusing", "queueing", "tpm"), default="refusing")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds per request (in service)")
+    parser.add_argument(
+        "--capacity", type=int, default=32, help="requests in service at once (tpm: 0 = no limit)"
     )
+    parser.add_argument("--tpm", type=float, default=384_000, help="tpm kind: tokens per minute")
+    parser.add_argument("--burst", type=float, default=1.0, help="tpm kind: bucket size, seconds of refill")
+    args = parser.parse_args()
+    try:
+        asyncio.run(serve(args.port, args.kind, args.capacity, args.latency, args.tpm, args.burst))
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def test_globals_environment_names_every_setting() -> None:
     assert (
         TEMPLATE["Parameters"]["ShardSize"]["Default"],
         TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"],
-    ) == (500, 64)
+    ) == (500, 512)
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)

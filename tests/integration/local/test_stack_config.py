@@ -67,7 +67,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
         "WEBHOOK_QUEUE_URL": made.queue_urls["WebhookQueue"],
         "SHARD_SIZE": "10",  # the override
-        "WORKER_CONCURRENCY": "64",  # the default, as the string CloudFormation passes
+        "WORKER_CONCURRENCY": "512",  # the default, as the string CloudFormation passes
         "EXPECTED_BUCKET_OWNER": "123456789012",
         "COS_ENDPOINT_URL": "",
         "COS_CREDENTIALS_SECRET": "batchinfer/cos",

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from batchinfer.backends.http import Answer, parse_retry_after, upstream_error
+from batchinfer.backends.http import Answer, parse_retry_after, retry_after_of, upstream_error
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,23 @@ def test_parse_retry_after_reads_seconds_and_http_dates(header: str | None, seco
     now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
 
     assert parse_retry_after(header, now=now) == seconds
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after-ms": "250", "retry-after": "1"}, 0.25),  # the milliseconds win
+        ({"retry-after-ms": "7"}, 0.007),
+        ({"retry-after-ms": "soon", "retry-after": "2"}, 2.0),  # unreadable: the seconds
+        ({"retry-after-ms": "-5", "retry-after": "2"}, 2.0),
+        ({"retry-after": "3"}, 3.0),
+        ({}, None),
+    ],
+)
+def test_retry_after_reads_the_milliseconds_header_first(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    assert retry_after_of(headers) == seconds
 
 
 def answer(status: int, body: bytes = b"", retry_after: str | None = None) -> Answer:
@@ -77,3 +94,19 @@ def test_answer_summary_is_the_body_text_or_the_status_line() -> None:
     assert answer(503, b"  overloaded \n").summary() == "overloaded"
     assert answer(503, b"x" * 600).summary() == "x" * 500
     assert answer(503).summary() == "HTTP 503 Reason"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [({}, False), ({"HTTPS_PROXY": "http://proxy:3128"}, True), ({"http_proxy": "http://p:1"}, True)],
+)
+def test_the_proxy_environment_is_read_only_when_a_proxy_is_set(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], expected: bool
+) -> None:
+    from batchinfer.backends import http
+
+    for name in http.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert http.proxied() is expected

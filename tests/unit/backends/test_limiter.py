@@ -1,252 +1,452 @@
-"""The AIMD limiter: exact limits after each answer (slow start, additive increase, cuts), FIFO
-waiters, cancellation."""
+"""The adaptive limiter: its pure rules with exact values, the asyncio semaphore around them (FIFO
+waiters, retries first, cancellation, the Retry-After gate), and the controller against a
+discrete-event model of the three server kinds (refusing, queueing, token bucket): deterministic, no
+sockets, no sleeping, a few seconds for the whole grid of the issue (C in {8, 32, 128, 512} x L in
+{0.2, 1.0})."""
+
+from __future__ import annotations
 
 import asyncio
+import heapq
+import math
+from typing import Any
 
 import pytest
 
-from batchinfer.backends.limiter import AIMDLimiter, Permit
+from batchinfer.backends.limiter import (
+    AdaptiveLimiter,
+    LimitController,
+    Permit,
+    WindowedMin,
+    capacity_estimate,
+    probe_step,
+    queue_band,
+    vegas_queue,
+)
+
+# ------------------------------------------------------------------------------------ the pure rules
+
+
+def test_vegas_queue_is_the_excess_over_capacity_for_a_fifo_server() -> None:
+    c, latency = 32, 0.2
+    for w in (33, 40, 64, 128):
+        rtt = latency * w / c  # FIFO, C slots, W > C in flight
+        assert vegas_queue(w, latency, rtt) == pytest.approx(w - c)
+    assert vegas_queue(10, 0.2, 0.2) == 0
+    assert vegas_queue(10, 0.2, 0.1) == 0
+
+
+def test_capacity_estimate_band_and_probe() -> None:
+    assert capacity_estimate(64, 0.2, 0.4) == pytest.approx(32)
+    assert capacity_estimate(10, 0.2, 0.1) == 10  # never scaled up
+    assert queue_band(8) == (0.5, 0.75)
+    assert queue_band(1000) == (20, 50)
+    assert probe_step(4) == 1
+    assert probe_step(512) == pytest.approx(0.25 * math.sqrt(512))
+
+
+def test_windowed_min_forgets_after_two_windows() -> None:
+    m = WindowedMin(10)
+    m.add(0, 1.0)
+    m.add(5, 2.0)
+    assert m.value == 1.0
+    m.add(11, 3.0)  # rotates: previous = 1.0
+    assert m.value == 1.0
+    m.add(22, 4.0)  # rotates again: 1.0 is gone
+    assert m.value == 3.0
+
+
+@pytest.mark.parametrize("kwargs", [{"minimum": 0}, {"minimum": 9}])
+def test_rejects_impossible_bounds(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        LimitController(8, **kwargs)
+
+
+def permit(c: LimitController, t: float, in_flight: int) -> Permit:
+    return Permit(c.epoch, t, in_flight, c.delivered)
 
 
 def test_starts_at_initial_clamped_to_the_bounds() -> None:
-    assert AIMDLimiter(64).limit == 16
-    assert AIMDLimiter(8).limit == 8
-    assert AIMDLimiter(8, initial=3).limit == 3
-    assert AIMDLimiter(8, minimum=2, initial=0).limit == 2
+    assert LimitController(512).limit == 64
+    assert LimitController(8).limit == 8
+    assert LimitController(8, minimum=2, initial=0).limit == 2
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"minimum": 0}, {"minimum": 9}, {"decrease": 1.0}, {"decrease": 0.0}, {"increase": 0.0}]
-)
-def test_rejects_impossible_settings(kwargs: dict) -> None:
-    with pytest.raises(ValueError):
-        AIMDLimiter(8, **kwargs)
+def test_first_burst_refusals_set_the_limit_to_what_is_in_flight() -> None:
+    c = LimitController(512, initial=512)
+    p = [permit(c, 0, i + 1) for i in range(512)]
+    in_flight = 512
+    for i in range(8, 512):  # the backend holds 8: the other 504 are refused, one by one
+        in_flight -= 1
+        c.on_refused(0.001, p[i], in_flight)
+    assert (c.limit, c.state, c.refusals) == (8, c.STEADY, 504)
 
 
-async def _acquire_all(limiter: AIMDLimiter, n: int) -> list[Permit]:
+def test_a_refusal_after_a_cut_multiplies_once_then_takes_one_off_each() -> None:
+    c = LimitController(512, initial=100)
+    c.on_refused(0, permit(c, 0, 100), 99)  # startup: limit = in flight
+    assert c.limit == 99
+    a, b = permit(c, 1, 99), permit(c, 1, 99)
+    c.on_refused(2, a, 98)
+    assert c.window == pytest.approx(99 * 0.95)
+    c.on_refused(2, b, 97)  # sent before that cut: one off
+    assert c.window == pytest.approx(99 * 0.95 - 1)
+
+
+def test_retry_after_closes_the_gate_and_paces() -> None:
+    c = LimitController(512, initial=64)
+    c.on_success(0.5, permit(c, 0, 1), 0.5)
+    c.on_refused(1.0, permit(c, 0.9, 10), 9, retry_after=0.25)
+    assert (c.pause_until, c.paced(1.3), c.rate_limits, c.refusals) == (1.25, True, 1, 0)
+    assert c.pace_interval() == pytest.approx(0.5 / c.window)
+
+
+def test_startup_grows_by_two_per_answer_while_the_limit_holds_requests_back() -> None:
+    c = LimitController(512, initial=64)
+    for i in range(10):  # the first burst's answers, in the order sent: none of them queued
+        c.limited = True
+        c.on_success(0.2, Permit(0, 0.0, i + 1, 0), 0.2)
+    assert (c.window, c.state) == (84.0, c.STARTUP)
+
+
+def test_a_first_burst_answered_out_of_order_is_not_a_queue() -> None:
+    # Given 64 requests sent at once (in flight 1..64 when sent, nothing delivered yet), answered in
+    # the reverse order within 20 ms of 1 s: the order the server took 64 new connections in
+    c = LimitController(512, initial=64)
+    for k, i in enumerate(reversed(range(64))):
+        c.limited = True
+        c.on_success(1.0 + k * 0.0003, Permit(0, 0.0, i + 1, 0), 1.0 + k * 0.0003)
+
+    # Then it is still in startup and grew by 2 per answer: the request sent 64th, answered first,
+    # saw 1 delivered during its RTT but did not wait
+    assert (c.state, c.cuts, c.window) == (c.STARTUP, 0, 64.0 + 2 * 64)
+
+
+def _round(c: LimitController, start: float, in_flight: int, rtt: float, n: int, **kw: Any) -> float:
+    """`n` answers of requests sent at `start` with `in_flight` out, each after `rtt` s (one round)."""
+    for k in range(n):
+        c.limited = True
+        c.on_success(
+            start + rtt + k * 1e-4, Permit(c.epoch, start + k * 1e-5, in_flight, c.delivered), rtt, **kw
+        )
+    return start + rtt + n * 1e-4
+
+
+def _steady(c: LimitController) -> float:
+    """Past startup at a window of 100 (a refusal with 100 still out), base RTT 1.0 s: the time."""
+    c.on_success(0.5, Permit(0, 0.0, 1, 0), 1.0)
+    c.on_refused(1.0, Permit(0, 0.0, 101, 0), 100)
+    assert (c.state, c.limit) == (c.STEADY, 100)
+    return 1.0
+
+
+def test_a_queue_in_the_latency_cuts_to_the_estimate_and_the_cut_holds_when_throughput_does() -> None:
+    # A round is judged when the first answer to a request sent after its first answer comes back
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    t = _round(c, t, 100, 1.25, 100)  # rtt 1.25 with 100 out: the server holds 80, 20 queue
+    t = _round(c, t + 0.01, 100, 1.25, 100)  # its first answer judges the round before
+    assert (c.cuts, c.limit) == (2, 80)  # the refusal, then the latency cut to 100 * 1.0 / 1.25
+    t = _round(c, t + 0.01, 80, 1.0, 80)  # 80 out at 1.0 s: the same 80 req/s as before the cut
+    _round(c, t + 0.01, 80, 1.0, 80)
+    assert (c.limit, c.rebased) == (82, 0)  # kept, and no queue: a probe of 0.25 * sqrt(80)
+
+
+def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased() -> None:
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    t = _round(c, t, 100, 1.25, 100)
+    t = _round(c, t + 0.01, 100, 1.25, 100)
+    assert c.limit == 80
+    # After the cut, 80 out and the RTT still 1.2 s: 67 req/s instead of 80 (the delay was not a queue)
+    t = _round(c, t + 0.01, 80, 1.2, 80)
+    _round(c, t + 0.01, 80, 1.2, 80)
+    assert (c.limit, c.rebased, c.base.value) == (100, 1, 1.2)
+
+
+def test_without_latency_rules_a_queue_moves_nothing() -> None:
+    c = LimitController(8, initial=8, latency=False)
+    for i in range(50):  # rtt ten times the base: a queue, for the latency rules
+        c.on_success(1.0 + i, Permit(0, float(i), 8, i), 0.1 if i == 0 else 1.0)
+    assert (c.limit, c.cuts, c.state) == (8, 0, c.STARTUP)
+
+
+# ------------------------------------------------------------------- a discrete-event model of servers
+
+
+def simulate(
+    kind: str,
+    capacity: int,
+    latency: float,
+    n: int,
+    *,
+    rate: float = 0.0,
+    burst: float = 1.0,
+    initial: int = 64,
+    maximum: int = 512,
+    client_delay: float = 0.0005,
+    trace: list | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """A closed-loop client (the worker: n requests, all waiting for permits, a refused one retried
+    first) with the controller, against an exact server model of `kind`:
+
+    - refusing: at most `capacity` in service, 429 at once beyond (TGI's max_concurrent_requests);
+    - queueing: `capacity` slots, an exact FIFO in front, each request `latency` s in a slot (vLLM);
+    - tpm: a token bucket of `rate` requests/s holding `burst` s of refill, 429 with Retry-After
+      (hosted APIs), each request `latency` s.
+
+    `client_delay`: the client's own time per answer (s). Returns {seconds, rate (answers/s),
+    max_queue, queue_2nd (longest queue over the 2nd half), refused, refused_2nd, limit}."""
+    control = LimitController(maximum, initial=initial, **options)
+    events: list = []  # (time, seq, kind, payload)
+    seq = 0
+    now = 0.0
+    in_flight = 0
+    waiting = n  # requests not yet sent (retries go first)
+    retries = 0
+    slots = [0.0] * capacity  # queueing: heap of slot free times
+    in_system = 0
+    tokens = rate * burst
+    refilled = 0.0
+    done = refused = refused_2nd = 0
+    max_queue = 0
+    queue_2nd = 0
+    next_send = 0.0
+
+    def push(t, what, payload):
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, what, payload))
+
+    def send_more():
+        nonlocal \
+            in_flight, \
+            waiting, \
+            retries, \
+            in_system, \
+            tokens, \
+            refilled, \
+            refused, \
+            max_queue, \
+            queue_2nd, \
+            next_send, \
+            refused_2nd
+        while (waiting or retries) and in_flight < control.limit:
+            if now < control.pause_until or (control.paced(now) and now < next_send):
+                push(max(control.pause_until, next_send if control.paced(now) else 0), "wake", None)
+                return
+            if retries:
+                retries -= 1
+            else:
+                waiting -= 1
+            in_flight += 1
+            if control.paced(now):
+                next_send = max(now, next_send) + control.pace_interval()
+            p = Permit(control.epoch, now, in_flight, control.delivered)
+            arrive = now + client_delay / 2
+            if kind == "refusing":
+                if in_system >= capacity:
+                    push(arrive + client_delay / 2, "refused", (p, None))
+                    continue
+                in_system += 1
+                push(arrive + latency, "served", p)
+            elif kind == "queueing":
+                free = heapq.heappop(slots)
+                finish = max(arrive, free) + latency
+                heapq.heappush(slots, finish)
+                in_system += 1
+                queue = in_system - capacity
+                max_queue = max(max_queue, queue)
+                if now > 0.5 * horizon:
+                    queue_2nd = max(queue_2nd, queue)
+                push(finish, "served", p)
+            else:
+                tokens = min(rate * burst, tokens + (arrive - refilled) * rate)
+                refilled = arrive
+                if tokens < 1:
+                    push(arrive + client_delay / 2, "refused", (p, (1 - tokens) / rate))
+                    continue
+                tokens -= 1
+                in_system += 1
+                push(arrive + latency, "served", p)
+
+    horizon = n * latency / capacity if kind != "tpm" else n / rate
+    send_more()
+    while events:
+        now, _, what, payload = heapq.heappop(events)
+        if what in ("served", "refused") and (waiting or retries or in_flight >= control.limit):
+            control.limited = True  # as AdaptiveLimiter.release: the limit holds requests back
+        if what == "served":
+            now += client_delay / 2
+            in_system -= 1
+            in_flight -= 1
+            done += 1
+            control.on_success(now, payload, now - payload.sent_at)
+        elif what == "refused":
+            in_flight -= 1
+            refused += 1
+            retries += 1
+            if now > 0.5 * horizon:
+                refused_2nd += 1
+            control.on_refused(now, payload[0], in_flight, payload[1])
+        if trace is not None and (not trace or trace[-1][1] != control.limit):
+            trace.append((round(now, 3), control.limit, in_system, control.state))
+        send_more()
+    return {
+        "seconds": now,
+        "rate": done / now,
+        "max_queue": max_queue,
+        "queue_2nd": queue_2nd,
+        "refused": refused,
+        "refused_2nd": refused_2nd,
+        "limit": control.limit,
+    }
+
+
+@pytest.mark.parametrize("capacity", [8, 32, 128, 512])
+@pytest.mark.parametrize("latency", [0.2, 1.0])
+def test_queueing_server_settles_within_10_percent(capacity, latency):
+    r = simulate("queueing", capacity, latency, max(40 * capacity, 400))
+    assert r["rate"] >= 0.9 * capacity / latency
+    assert r["queue_2nd"] <= max(1, 0.1 * capacity)
+
+
+@pytest.mark.parametrize("capacity", [8, 32, 128, 512])
+def test_refusing_server_is_kept_full(capacity):
+    r = simulate("refusing", capacity, 0.2, 20 * capacity)
+    assert r["rate"] >= 0.9 * capacity / 0.2
+
+
+def test_token_bucket_is_paced_without_a_storm():
+    r = simulate("tpm", 100_000, 0.5, 4000, rate=200.0)
+    assert r["rate"] >= 0.9 * 200
+    assert r["refused"] <= 0.15 * 4000  # most in startup (the bucket's burst hides the rate at first)
+    assert r["refused_2nd"] <= 0.05 * 2000
+
+
+# ----------------------------------------------------------------------------- the asyncio semaphore
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _acquire_all(limiter: AdaptiveLimiter, n: int) -> list[Permit]:
     return [await limiter.acquire() for _ in range(n)]
-
-
-async def _past_the_probe(limiter: AIMDLimiter, holds: int) -> None:
-    """A first refusal with `holds` requests still out (the limit becomes `holds`), then nothing in flight."""
-    permits = await _acquire_all(limiter, holds + 1)
-    limiter.release(permits[0], overloaded=True)
-    for permit in permits[1:]:
-        limiter.give_back(permit)
-
-
-def test_slow_start_adds_one_per_success_while_requests_wait() -> None:
-    async def scenario() -> tuple[float, int, int]:
-        limiter = AIMDLimiter(100, initial=4)
-        held = await _acquire_all(limiter, 4)
-        waiting = [asyncio.create_task(limiter.acquire()) for _ in range(10)]
-        await asyncio.sleep(0)
-        for permit in held:  # each success frees one place and adds one: two waiters go each time
-            limiter.release(permit)
-        await asyncio.sleep(0)
-        admitted = sum(task.done() for task in waiting)
-        for task in waiting:
-            task.cancel()
-        return limiter.window, admitted, limiter.in_flight
-
-    assert asyncio.run(scenario()) == (8.0, 8, 8)
-
-
-def test_a_success_that_no_request_waited_for_does_not_grow_the_limit() -> None:
-    async def scenario() -> float:
-        limiter = AIMDLimiter(10, initial=4)
-        for _ in range(10):
-            limiter.release(await limiter.acquire())  # one at a time: the limit holds nothing back
-        return limiter.window
-
-    assert asyncio.run(scenario()) == 4.0
-
-
-def test_after_a_cut_a_full_window_grows_by_one_over_the_limit_per_success() -> None:
-    async def scenario() -> list[float]:
-        limiter = AIMDLimiter(100, initial=11, decrease=0.5)
-        await _past_the_probe(limiter, 10)
-        held = await _acquire_all(limiter, 10)
-        limiter.release(held[0], overloaded=True)  # 10 -> 5
-        seen = [limiter.window]
-        for permit in held[1:]:  # 9, 8, 7, 6, 5 in flight: at or above the limit of 5; then below it
-            limiter.release(permit)
-            seen.append(limiter.window)
-        return seen
-
-    w = [5.0]
-    for _ in range(5):
-        w.append(w[-1] + 1 / w[-1])
-    assert asyncio.run(scenario()) == w + [w[-1]] * 4
-    assert w[1:3] == [5.2, 5.392307692307693]
-
-
-def test_growth_stops_at_the_maximum() -> None:
-    async def scenario() -> AIMDLimiter:
-        limiter = AIMDLimiter(3, initial=1)
-
-        async def one() -> None:
-            permit = await limiter.acquire()
-            await asyncio.sleep(0)
-            limiter.release(permit)
-
-        await asyncio.gather(*(one() for _ in range(50)))
-        return limiter
-
-    limiter = asyncio.run(scenario())
-    assert (limiter.window, limiter.limit, limiter.in_flight) == (3.0, 3, 0)
-
-
-def test_refusals_of_the_first_probe_bring_the_limit_to_what_the_backend_holds() -> None:
-    async def scenario() -> tuple[int, int]:
-        limiter = AIMDLimiter(64, initial=64)
-        permits = await _acquire_all(limiter, 64)
-        for permit in permits[32:]:  # a backend of capacity 32 refuses the other 32
-            limiter.release(permit, overloaded=True)
-        return limiter.limit, limiter.epoch
-
-    assert asyncio.run(scenario()) == (32, 1)
-
-
-def test_an_overload_cuts_once_then_each_refusal_of_that_window_takes_one_off() -> None:
-    async def scenario() -> list[float]:
-        limiter = AIMDLimiter(20, initial=20)
-        await _past_the_probe(limiter, 10)
-        seen = [limiter.window]
-        first = await _acquire_all(limiter, 6)
-        for permit in first[:3]:  # three refusals of one window: a 3% cut, then one off for each other
-            limiter.release(permit, overloaded=True)
-            seen.append(limiter.window)
-        later = await limiter.acquire()  # sent after the cut: its refusal is news, a new 3% cut
-        limiter.release(later, overloaded=True)
-        seen.append(limiter.window)
-        return seen
-
-    assert asyncio.run(scenario()) == pytest.approx([10.0, 9.7, 8.7, 7.7, 7.469])  # 7.7 * 0.97
-
-
-def test_a_burst_far_above_capacity_comes_down_in_one_window() -> None:
-    async def scenario() -> int:
-        limiter = AIMDLimiter(64, initial=16)
-        permits = await _acquire_all(limiter, 16)
-        for permit in permits[5:]:  # a backend of capacity 5 refuses the other 11
-            limiter.release(permit, overloaded=True)
-        return limiter.limit
-
-    assert asyncio.run(scenario()) == 5  # at most the 5 still out
-
-
-def test_cuts_stop_at_the_minimum() -> None:
-    async def scenario() -> AIMDLimiter:
-        limiter = AIMDLimiter(4, minimum=2, decrease=0.5)
-        for _ in range(5):
-            limiter.release(await limiter.acquire(), overloaded=True)
-        return limiter
-
-    limiter = asyncio.run(scenario())
-    assert (limiter.window, limiter.limit, limiter.overloads, limiter.epoch) == (2.0, 2, 5, 5)
 
 
 def test_waiters_are_served_in_order_as_room_frees() -> None:
     async def scenario() -> list[int]:
-        limiter = AIMDLimiter(2)
+        limiter = AdaptiveLimiter(2, lag_probe=0)
         held = await _acquire_all(limiter, 2)
         order: list[int] = []
 
         async def waiter(n: int) -> None:
-            permit = await limiter.acquire()
+            got = await limiter.acquire()
             order.append(n)
-            limiter.release(permit)
+            limiter.give_back(got)
 
         tasks = [asyncio.create_task(waiter(n)) for n in range(4)]
         await asyncio.sleep(0)
-        assert order == [] and limiter.in_flight == 2
-        for permit in held:
-            limiter.release(permit)
+        assert (order, limiter.in_flight) == ([], 2)
+        for p in held:
+            limiter.give_back(p)
         await asyncio.gather(*tasks)
         return order
 
-    assert asyncio.run(scenario()) == [0, 1, 2, 3]
-
-
-def test_a_cut_holds_waiters_back_until_in_flight_drops_under_the_new_limit() -> None:
-    async def scenario() -> tuple[int, int, int]:
-        limiter = AIMDLimiter(5, initial=5, decrease=0.5)
-        await _past_the_probe(limiter, 4)
-        held = await _acquire_all(limiter, 4)
-        waiting = asyncio.create_task(limiter.acquire())
-        await asyncio.sleep(0)
-        limiter.release(held[0], overloaded=True)  # limit 2, 3 still in flight: no room
-        await asyncio.sleep(0)
-        assert not waiting.done()
-        limiter.release(held[1])  # 2 in flight: still none
-        await asyncio.sleep(0)
-        assert not waiting.done()
-        limiter.release(held[2])  # 1 in flight: room for the waiter
-        await waiting
-        return limiter.limit, limiter.in_flight, len(limiter._waiters)
-
-    assert asyncio.run(scenario()) == (2, 2, 0)
-
-
-def test_a_cancelled_waiter_takes_no_room() -> None:
-    async def scenario() -> tuple[int, int]:
-        limiter = AIMDLimiter(1)
-        held = await limiter.acquire()
-        waiting = asyncio.create_task(limiter.acquire())
-        await asyncio.sleep(0)
-        waiting.cancel()
-        await asyncio.gather(waiting, return_exceptions=True)
-        limiter.release(held)
-        return limiter.in_flight, len(limiter._waiters)
-
-    assert asyncio.run(scenario()) == (0, 0)
-
-
-def test_a_permit_given_back_unused_frees_its_place_and_leaves_the_limit() -> None:
-    async def scenario() -> tuple[float, int, bool]:
-        limiter = AIMDLimiter(8, initial=2)
-        held = await _acquire_all(limiter, 2)
-        waiter = asyncio.create_task(limiter.acquire())
-        await asyncio.sleep(0)
-        limiter.give_back(held[0])  # never used: says nothing about the backend
-        await asyncio.sleep(0)
-        return limiter.window, limiter.in_flight, waiter.done()
-
-    assert asyncio.run(scenario()) == (2.0, 2, True)
+    assert run(scenario()) == [0, 1, 2, 3]
 
 
 def test_a_retry_goes_ahead_of_the_requests_waiting() -> None:
     async def scenario() -> list[str]:
-        limiter = AIMDLimiter(1, initial=1)
+        limiter = AdaptiveLimiter(1, lag_probe=0)
         held = await limiter.acquire()
         served: list[str] = []
 
         async def request(name: str, first_in_line: bool) -> None:
-            permit = await limiter.acquire(first_in_line=first_in_line)
+            got = await limiter.acquire(first_in_line=first_in_line)
             served.append(name)
-            limiter.give_back(permit)
+            limiter.give_back(got)
 
         waiting = [asyncio.create_task(request("new", False)), asyncio.create_task(request("retry", True))]
-        await asyncio.sleep(0)  # both wait, "new" first
+        await asyncio.sleep(0)
         limiter.give_back(held)
         await asyncio.gather(*waiting)
         return served
 
-    assert asyncio.run(scenario()) == ["retry", "new"]
+    assert run(scenario()) == ["retry", "new"]
 
 
-def test_waiters_cancelled_together_with_the_holder_leave_the_count_exact() -> None:
-    # Given one permit held by a task and a second task waiting, both cancelled at once (a batch's end)
+def test_refusals_of_the_first_burst_bring_the_limit_to_what_the_backend_holds() -> None:
+    async def scenario() -> tuple[int, int]:
+        limiter = AdaptiveLimiter(64, initial=64, lag_probe=0)
+        permits = await _acquire_all(limiter, 64)
+        for p in permits[32:]:  # a backend of capacity 32 refuses the other 32
+            limiter.release(p, refused=True)
+        return limiter.limit, limiter.in_flight
+
+    assert run(scenario()) == (32, 32)
+
+
+def test_a_cut_holds_waiters_back_until_in_flight_drops_under_the_new_limit() -> None:
+    async def scenario() -> tuple[int, int, int]:
+        limiter = AdaptiveLimiter(5, initial=5, lag_probe=0)
+        held = await _acquire_all(limiter, 5)
+        waiting = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        limiter.release(held[0], refused=True)
+        limiter.release(held[1], refused=True)  # startup: limit = what is still out, 3
+        await asyncio.sleep(0)
+        assert (limiter.limit, waiting.done()) == (3, False)
+        limiter.release(held[2], sample=False)  # 2 in flight: room for the waiter
+        await waiting
+        return limiter.limit, limiter.in_flight, len(limiter._waiters)
+
+    assert run(scenario()) == (3, 3, 0)
+
+
+def test_an_answer_without_a_sample_frees_its_place_and_moves_nothing() -> None:
+    async def scenario() -> tuple[float, int, int]:
+        limiter = AdaptiveLimiter(8, initial=2, lag_probe=0)
+        held = await _acquire_all(limiter, 2)
+        waiter = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        limiter.release(held[0], sample=False)  # an error answered at once: no latency sample
+        limiter.give_back(held[1])  # never sent
+        await waiter
+        return limiter.control.window, limiter.control.delivered, limiter.in_flight
+
+    assert run(scenario()) == (2.0, 0, 1)
+
+
+def test_the_retry_after_gate_holds_everyone_until_it_passes() -> None:
+    clock = {"now": 100.0}
+
+    async def scenario() -> tuple[bool, bool, int]:
+        limiter = AdaptiveLimiter(8, initial=8, clock=lambda: clock["now"], lag_probe=0)
+        first = await limiter.acquire()
+        limiter.release(first, refused=True, retry_after=0.05)  # gate closed until 100.05
+        waiting = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0.01)
+        held_back = not waiting.done()
+        clock["now"] = 100.06  # past the gate; the limiter's timer (real 0.05 s) lets it through
+        await asyncio.wait_for(waiting, 1)
+        return held_back, waiting.done(), limiter.in_flight
+
+    assert run(scenario()) == (True, True, 1)
+
+
+def test_cancelled_waiters_and_holders_leave_the_count_exact() -> None:
     async def scenario() -> tuple[int, list[bool]]:
-        limiter = AIMDLimiter(1, initial=1)
+        limiter = AdaptiveLimiter(1, initial=1, lag_probe=0)
 
         async def hold() -> None:
-            permit = await limiter.acquire()
+            got = await limiter.acquire()
             try:
                 await asyncio.sleep(10)
             finally:
-                limiter.release(permit)
+                limiter.give_back(got)
 
         tasks = [asyncio.ensure_future(hold()) for _ in range(2)]
         await asyncio.sleep(0)
@@ -255,5 +455,35 @@ def test_waiters_cancelled_together_with_the_holder_leave_the_count_exact() -> N
         results = await asyncio.gather(*tasks, return_exceptions=True)
         return limiter.in_flight, [isinstance(r, asyncio.CancelledError) for r in results]
 
-    # Then both end cancelled (no ValueError from a waiter the wake-up had dropped) and nothing is held
-    assert asyncio.run(scenario()) == (0, [True, True])
+    assert run(scenario()) == (0, [True, True])
+
+
+def test_a_new_maximum_recaps_the_learned_window() -> None:
+    limiter = AdaptiveLimiter(512, initial=100, lag_probe=0)
+    limiter.maximum = 40
+    assert (limiter.maximum, limiter.limit) == (40, 40)
+    limiter.maximum = 512
+    assert (limiter.maximum, limiter.limit) == (512, 40)  # kept until answers grow it
+
+
+def test_a_limiter_outlives_its_event_loop() -> None:
+    # Given a limiter whose gate timer was set on a loop that then ended (asyncio.run per invocation)
+    limiter = AdaptiveLimiter(4, initial=4)
+
+    async def gate_then_leave() -> None:
+        limiter.release(await limiter.acquire(), refused=True, retry_after=0.2)
+        waiter = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0)  # it waits at the gate: a timer on this loop
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+
+    run(gate_then_leave())
+
+    # When a new loop asks while the gate is still closed
+    async def later() -> int:
+        got = await asyncio.wait_for(limiter.acquire(), 2)
+        limiter.give_back(got)
+        return limiter.in_flight
+
+    # Then it gets through once the gate passes (a timer on the new loop), not never
+    assert run(later()) == 0

@@ -425,3 +425,70 @@ def test_an_in_process_engine_gets_its_concurrency_hint_never_above_the_ceiling(
     # Token batches and chaos mode wrap the backend; the hint passes through both.
     assert worker.concurrency_for(ChaosBackend(TokenRequests(engine)), 64) == 20
     assert worker.concurrency_for(TokenRequests(ScriptedBackend()), 64) == 64
+
+
+def test_one_limiter_per_backend_recapped_by_a_new_maximum_and_fixed_for_an_engine() -> None:
+    remote, engine = ScriptedBackend(), ScriptedBackend()
+    engine.concurrency_hint = 20  # type: ignore[attr-defined]
+
+    limiter = worker.limiter_for(remote, 512)
+    assert (limiter.limit, limiter.maximum, limiter.control.latency) == (
+        worker.INITIAL_CONCURRENCY,
+        512,
+        True,
+    )
+    assert worker.limiter_for(remote, 40) is limiter  # a share bound re-caps what was learned
+    assert (limiter.limit, limiter.maximum) == (40, 40)
+    fixed = worker.limiter_for(engine, 20)  # an engine's latency grows with its batch: no latency rules
+    assert (fixed.limit, fixed.control.latency) == (20, False)
+
+
+def test_a_retry_after_is_the_limiters_wait_for_every_request() -> None:
+    # Given a rate-limited backend: the first request is refused with Retry-After 0.2 s
+    backend = ScriptedBackend(
+        failures={"p0": [BackendError(429, "rate limit", retryable=True, retry_after=0.2)]}, delay=0.05
+    )
+    sent: list[tuple[str, float]] = []
+    original = backend.chat_completion
+
+    async def timed(body: dict[str, Any]) -> dict[str, Any]:
+        sent.append((body["messages"][0]["content"], asyncio.get_running_loop().time()))
+        return await original(body)
+
+    backend.chat_completion = timed  # type: ignore[method-assign]
+
+    # When 6 requests run with 2 in flight at most
+    outcomes = asyncio.run(
+        run_requests(
+            backend, _requests(6), "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
+
+    # Then all succeed; the limiter's gate held the retry and the requests not yet sent until the
+    # Retry-After had passed (no request slept it on its own), and it paces from then on
+    assert [o.status_code for o in outcomes] == [200] * 6
+    limiter = worker.limiter_for(backend, 2)
+    assert (limiter.control.rate_limits, limiter.control.refusals) == (1, 0)
+    refused_at = sent[0][1] + 0.05
+    after = [name for name, at in sent[2:]]
+    assert after[0] == "p0"  # the retry first in line
+    assert all(at >= refused_at + 0.2 - 0.01 for _, at in sent[2:])
+    assert sorted(after) == ["p0", "p2", "p3", "p4", "p5"]
+
+
+def test_an_overload_retry_waits_at_most_a_second_and_never_its_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(worker, "OVERLOADED_BACKOFF_BASE_S", 0.05)
+    monkeypatch.setattr(worker.random, "uniform", lambda low, high: high)  # the longest wait drawn
+    refused = BackendError(429, "busy", retryable=True)  # `_Limited` took its Retry-After for the limiter
+    other = BackendError(500, "oops", retryable=True, retry_after=3.0)
+
+    def wait(error: BackendError, attempt: int) -> float:
+        state = SimpleNamespace(outcome=SimpleNamespace(exception=lambda: error), attempt_number=attempt)
+        return worker._wait(state)  # type: ignore[arg-type]
+
+    assert [wait(refused, n) for n in (1, 2, 3, 6, 19)] == [0.0, 0.05, 0.1, 0.8, 1.0]
+    assert wait(other, 1) == 3.0  # another error's Retry-After is still honoured

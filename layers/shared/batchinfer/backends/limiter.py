@@ -1,142 +1,577 @@
-"""Adaptive concurrency: how many requests a shard worker keeps in flight against a model backend.
+"""Adaptive concurrency for one model backend: how many requests to keep in flight, found from the
+backend's answers, whatever kind of backend it is.
 
-A backend's capacity is not known in advance and is shared with the other shard workers of the
-batch (and other users). The limiter finds it the way TCP congestion control does:
+Model servers overload in three ways, and a client sees each differently:
 
-- slow start: from a small `initial` limit, every request that completes while the limit holds
-  others back adds one (the limit doubles per round trip) until the first overload answer (429, 503);
-- the first overload answers say how much the backend holds: at most the requests still in flight,
-  so each refusal of a request sent before any cut brings the limit down to that number. Starting at
-  the maximum (what the shard worker does) fills a backend of unknown capacity in the first round
-  trip, and the refusals of that first burst bring the limit to the capacity exactly;
-- then AIMD (additive increase, multiplicative decrease): such a completion adds `increase / limit`
-  (about `increase` per round trip), and an overload answer multiplies the limit by `decrease`, once
-  per round trip: further refusals of requests sent before that cut each take one off the limit
-  instead (k refusals of one window say the backend holds k fewer), so a limit far above the
-  backend's capacity comes down in one round trip, not in dozens of 3% cuts.
+- refusing (TGI `max_concurrent_requests`, most gateways): 429/503 at once beyond C in flight;
+- queueing (vLLM, Triton): never refuse; beyond C in flight requests wait in a FIFO, so latency rises
+  (by L per C queued) while throughput stays C/L;
+- rate-limited (OpenAI, Azure OpenAI, Bedrock: tokens per minute): 429 with Retry-After when a token
+  bucket is empty, whatever the concurrency.
 
-Several workers sharing one backend converge to equal shares, and the backend stays close to full.
+One controller handles all three, from three signals a request's answer carries: its latency (RTT),
+whether it was refused (429/503), and a Retry-After.
 
-No library in common use implements this for asyncio (aiolimiter and friends limit rates, not
-concurrency), hence this module.
+Latency (queueing): TCP Vegas (Brakmo & Peterson, 1995) estimates the queue a sender keeps at the
+bottleneck as  q = W * (1 - base_rtt / rtt)  (W: requests in flight, base_rtt: the RTT with no queue,
+rtt: the RTT now). For a FIFO server with C slots and W > C in flight, rtt = L * W / C, so
+W * base_rtt / rtt = C: one RTT sample measures the capacity directly. Netflix's concurrency-limits
+(`GradientLimit`, `Gradient2Limit`) uses the same ratio as a "gradient": new = limit * base/rtt + headroom.
+Here, once per round (one RTT: until a request sent after the round began has been answered), with rtt
+the *mean* over the round's answers minus the client's own event-loop lag (a deterministic server
+answers in waves: a queue of k makes k requests of each wave wait a whole L and the rest none, so the
+minimum shows nothing) and W the mean in flight when they were sent:
+
+    q > high(W)  (5% of W, at least 0.75):  limit = W * base_rtt / rtt   (cut to the estimate of C; at
+                                            once when q > 10% of W, else when the next round agrees)
+    q < low(W)   (2% of W, at least 0.5):   limit += max(1, sqrt(limit) / 4), accelerating over clear
+                                            rounds to at most 5% of W per round (probe, if the limit
+                                            held requests back)
+    otherwise hold.
+
+A latency cut after which the RTT does not fall by at least half the predicted amount, or after
+which the throughput (Little's law, w / rtt over the round) falls by 10% or more, is undone and
+the base RTT re-set to today's (the delay was not our queue: a slower backend, a CPU-starved client;
+Vegas's known weak spot, a stale base RTT; measured: on a machine at load 5-12, a client on a
+refusing C = 512 server that cut on such delays ran at 40-70% of the same client with a fixed window).
+
+The band is a fraction of W, so the standing queue is a few % of C at any size; the probe step grows
+slower than the limit (sublinear) so workers sharing one server drift to equal shares (the smaller
+grows faster relative to its size, while cuts are proportional: each sees the same rtt). base_rtt is
+a windowed minimum (the last 30-60 s) of successful answers' RTTs, never of refusals (those are fast).
+Samples from requests sent before a cut are ignored (the cut's effect is not in them yet), as Vegas
+and the AIMD limiter before this one do.
+
+Refusals (refusing servers): AIMD, as TCP Reno and the AIMD limiter before this one. In startup the
+first refusals say how much the backend holds: at most what is still in flight, so each refusal sets
+the limit to that (the first burst finds C exactly). Then the first refusal of a request sent since the
+last cut multiplies the limit by `refused_decrease` (0.95) and starts a new epoch; each further refusal
+of a request sent before it takes one off (k refusals of one window say the backend holds k fewer).
+A refused request is retried at once, first in line, so a limit a little above C costs only cheap
+refusals while a limit below C costs throughput: the decrease is mild and the probe steady.
+
+Retry-After (rate limits): a 429 with Retry-After is a rate signal, not a capacity one. The limiter
+closes a gate for everyone until Retry-After has passed (no retry storm: the refused requests and all
+others wait, in order), cuts the limit as for a refusal (`rate_decrease`), and from then on *paces*
+its sends: at most one every base_rtt / limit seconds, so the limit W gives a steady W / base_rtt
+requests per second instead of bursts that empty the bucket. AIMD on W then finds rate * RTT.
+
+Startup: from `initial` (64), slow start (each answer that comes back without queueing and while the
+limit holds requests back adds `startup_growth`, 2: the limit triples per round) until a refusal, a
+Retry-After or a queue ends it. In startup a queue is found from delivery, not from W * base/rtt: the
+answers delivered during one request's RTT, scaled by base/rtt (BBR's bandwidth x min RTT),
+max-filtered over 1.5 base RTTs, is the capacity we get, right in a transient too.
+Starting at the ceiling would fill a refusing server in one round trip,
+but would put the whole ceiling in a queueing server's queue (512 requests queued in front of a
+C = 8 vLLM is 64 round trips of latency); `initial` is that trade-off: a refusing C = 512 costs about
+1.5 round trips to reach, a queueing C >= 64 a transient queue of up to ~2.5 C for one or two.
+
+`latency=False` turns the latency rules off (a fixed window up to `maximum` that only refusals move):
+for an in-process engine, whose latency grows with its batch by design.
+
+Hand-written: no library in common use implements adaptive concurrency for asyncio (aiolimiter and
+friends limit rates; Netflix's concurrency-limits is Java), and the rules above are the domain.
+
+The pure decision functions (`vegas_queue`, `queue_band`, `probe_step`, `LimitController`) take
+times as arguments and have no asyncio, for unit tests; `AdaptiveLimiter` is the asyncio semaphore
+around the controller (one loop, not thread-safe). Tuned against a discrete-event model of the three
+server kinds (tests/unit/backends/test_limiter.py) and the grid of `make bench` (benchmarks/grid.py).
+
+Sources: L. Brakmo, L. Peterson, "TCP Vegas: End to End Congestion Avoidance on a Global Internet"
+(IEEE JSAC 1995); Netflix concurrency-limits, `VegasLimit`, `GradientLimit`, `Gradient2Limit`
+(github.com/Netflix/concurrency-limits); D. Chiu, R. Jain, "Analysis of the Increase and Decrease
+Algorithms for Congestion Avoidance" (1989) for AIMD fairness; BBR (Cardwell et al., 2016) for
+pacing, round counting and "a signal from a request sent before the change is stale".
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["AIMDLimiter", "Permit"]
+__all__ = [
+    "AdaptiveLimiter",
+    "LimitController",
+    "Permit",
+    "WindowedMin",
+    "capacity_estimate",
+    "probe_step",
+    "queue_band",
+    "vegas_queue",
+]
 
 
-@dataclass(frozen=True, slots=True)
+# In startup, an answer whose RTT is this fraction over the base RTT waited in a queue.
+STARTUP_WAITED = 0.1
+# A latency cut is undone when the next round's throughput (w / rtt) is this fraction below the last.
+CUT_LOSS = 0.1
+
+
+# ---------------------------------------------------------------------------------------------- pure
+
+
+def vegas_queue(in_flight: float, base_rtt: float, rtt: float) -> float:
+    """Vegas's estimate of the requests this sender keeps queued at the server: W * (1 - base/rtt)."""
+    if rtt <= 0 or base_rtt <= 0 or rtt <= base_rtt:
+        return 0.0
+    return in_flight * (1.0 - base_rtt / rtt)
+
+
+def capacity_estimate(delivered: int, base_rtt: float, rtt: float) -> float:
+    """Requests the backend serves at once for us: `delivered` answers during one request's `rtt`,
+    scaled to the RTT without queue (`base_rtt`). For a FIFO server of C slots that we keep full,
+    delivered = C * rtt / base_rtt, so this is C whatever the queue."""
+    if rtt <= 0:
+        return float(delivered)
+    return delivered * min(1.0, base_rtt / rtt)
+
+
+def queue_band(window: float, low: float = 0.02, high: float = 0.05) -> tuple[float, float]:
+    """(grow below, cut above): the queue this sender may keep, a fraction of its window with floors."""
+    return max(0.5, low * window), max(0.75, high * window)
+
+
+def probe_step(window: float, factor: float = 0.25) -> float:
+    """How much a round without queue adds: sublinear in the window (fair shares, small overshoot)."""
+    return max(1.0, factor * math.sqrt(window))
+
+
+class WindowedMin:
+    """The minimum of the samples of the last `window`..2*`window` seconds (two rotating buckets)."""
+
+    def __init__(self, window: float = 30.0) -> None:
+        self.window = window
+        self._current = math.inf
+        self._previous = math.inf
+        self._rotated = None  # type: float | None
+
+    def add(self, now: float, value: float) -> None:
+        """Record `value` at time `now` (seconds)."""
+        if self._rotated is None:
+            self._rotated = now
+        elif now - self._rotated >= self.window:
+            self._previous, self._current, self._rotated = self._current, math.inf, now
+        if value < self._current:
+            self._current = value
+
+    def reset(self, value: float) -> None:
+        """Forget every sample: `value` is the minimum from now on (a re-based RTT)."""
+        self._current = self._previous = value
+
+    @property
+    def value(self) -> float | None:
+        """The minimum, or None before any sample."""
+        best = min(self._current, self._previous)
+        return None if best == math.inf else best
+
+
+@dataclass(slots=True)
 class Permit:
-    """One request's right to be in flight; hand it back with `AIMDLimiter.release`.
-
-    `epoch` counts the limiter's cuts when the permit was granted.
-    """
+    """One request's right to be in flight: the cut `epoch`, the time, the in-flight count and the
+    answers delivered so far when granted."""
 
     epoch: int
+    sent_at: float
+    in_flight: int
+    delivered: int
 
 
-class AIMDLimiter:
-    """An asyncio semaphore whose size adapts to the backend, between `minimum` and `maximum`.
+class LimitController:
+    """The limit and the rules that move it (module docstring); no asyncio: the caller passes times
+    (seconds, any monotonic origin) and counts.
 
-    It starts at `initial` (clamped to the bounds) in slow start, then runs AIMD (see the module
-    docstring). Waiters are served first come, first served, except retries (`first_in_line`).
-    Not thread-safe: use it from one loop.
+    `limit` is the whole number of requests allowed in flight, between `minimum` and `maximum`;
+    `window` its fractional value. Raises ValueError unless 1 <= minimum <= maximum.
+    """
+
+    STARTUP, STEADY = "startup", "steady"
+
+    def __init__(
+        self,
+        maximum: int = 512,
+        *,
+        minimum: int = 1,
+        initial: int = 64,
+        refused_decrease: float = 0.95,
+        rate_decrease: float = 0.85,
+        base_window: float = 30.0,
+        band: tuple[float, float] = (0.02, 0.05),
+        probe: float = 0.25,
+        pace_for: float = 60.0,
+        startup_growth: float = 2.0,
+        latency: bool = True,
+    ) -> None:
+        if not 1 <= minimum <= maximum:
+            raise ValueError(f"need 1 <= minimum <= maximum, got {minimum} and {maximum}")
+        self.minimum, self.maximum = minimum, maximum
+        self.refused_decrease, self.rate_decrease = refused_decrease, rate_decrease
+        self.band, self.probe, self.pace_for = band, probe, pace_for
+        self.startup_growth = startup_growth
+        self.latency = latency
+        self.window = float(min(maximum, max(minimum, initial)))
+        self.state = self.STARTUP
+        self.epoch = 0
+        self.base = WindowedMin(base_window)
+        self.pause_until = 0.0
+        self.paced_until = -math.inf
+        # the round in progress
+        self._round_start = 0.0
+        self._round_mark = None  # type: float | None
+        self._round_rtt = 0.0
+        self._round_lag = 0.0
+        # (rtt, in flight) of the last latency cut, until the next round judged it
+        self._check = None  # type: tuple[float, float] | None
+        self.rebased = 0
+        self._suspect = False  # the last round showed a small queue
+        self._round_w = 0.0
+        self._round_n = 0
+        self._recent: deque[tuple[float, float]] = deque()  # (time, estimate), decreasing estimates
+        self.clear_rounds = 0  # rounds in a row without queue: the probe grows with them
+        self.limited = False  # did the limit hold requests back during this round
+        self.delivered = 0  # successful answers so far
+        self.estimate = None  # type: float | None  # the last round's capacity estimate
+        # counters, for logs and tests
+        self.refusals = self.rate_limits = self.cuts = self.rounds = 0
+
+    @property
+    def limit(self) -> int:
+        """Requests allowed in flight: the window rounded, within the bounds."""
+        return max(self.minimum, min(self.maximum, int(self.window + 0.5)))
+
+    def paced(self, now: float) -> bool:
+        """Whether sends are paced at `now` (for `pace_for` s after a Retry-After)."""
+        return now < self.paced_until
+
+    def pace_interval(self) -> float:
+        """Seconds between two paced sends: base RTT / window (0 before any RTT)."""
+        base = self.base.value
+        return 0.0 if base is None else base / max(1.0, self.window)
+
+    def _set(self, window: float) -> None:
+        self.window = max(float(self.minimum), min(float(self.maximum), window))
+
+    def _cut(self, window: float, now: float) -> None:
+        self._set(window)
+        self.epoch += 1
+        self.cuts += 1
+        self.clear_rounds = 0
+        self.state = self.STEADY
+        self._round_mark = None
+        self._new_round(now)  # of requests sent from now on
+
+    def on_success(self, now: float, permit: Permit, rtt: float, lag: float = 0.0) -> None:
+        """A request sent with `permit` was answered after `rtt` seconds; `lag`: how late our own event
+        loop runs now (part of `rtt` that is ours, not the backend's)."""
+        self.delivered += 1
+        self.base.add(now, rtt)
+        base = self.base.value or rtt
+        if permit.epoch != self.epoch:
+            return  # sent before the last cut: says nothing about the limit now
+        if not self.latency:
+            if self.limited:
+                self._set(
+                    self.window + (self.startup_growth if self.state == self.STARTUP else 1 / self.window)
+                )
+            return
+        if self.state == self.STARTUP:
+            # What the backend delivered to us while this request was out, per base RTT: the capacity
+            # we get (BBR's bandwidth x min RTT). Unlike W * base/rtt it is right in a transient too
+            # (a burst queued in waves of C, or the first wave after the window passed C, which comes
+            # back at L while the requests behind it wait).
+            own = max(base, rtt - lag)
+            estimate = self._max_recent(
+                now, capacity_estimate(self.delivered - permit.delivered, base, own), 1.5 * base
+            )
+            _, high = queue_band(permit.in_flight, *self.band)
+            # Only an answer that waited says the server queues: the first burst's answers come back in
+            # the order the server took its new connections, not the order they were sent, so one of
+            # them can see fewer delivered before it than were sent before it, without any queue.
+            waited = own > (1.0 + STARTUP_WAITED) * base
+            if waited and permit.in_flight - estimate > max(high, 2.0):  # a queue: C is the estimate
+                self._cut(estimate, now)
+            elif self.limited:
+                self._set(self.window + self.startup_growth)
+            return
+        # Rounds: the answers to the requests sent during one RTT under one window. A round counts the
+        # requests sent from its start until its first answer came back (`_round_mark`); it ends at the
+        # first answer to a request sent after that.
+        if permit.sent_at < self._round_start:
+            return  # sent under an earlier window
+        if self._round_mark is None:
+            self._round_mark = now
+        elif permit.sent_at >= self._round_mark:
+            self._end_round(now, base)
+            if permit.sent_at < self._round_start:
+                return
+            if self._round_mark is None:
+                self._round_mark = now
+        self._round_rtt += rtt
+        self._round_lag += lag
+        self._round_w += permit.in_flight
+        self._round_n += 1
+
+    def _end_round(self, now: float, base: float) -> None:
+        self.rounds += 1
+        w = self._round_w / self._round_n
+        rtt = max(base, (self._round_rtt - self._round_lag) / self._round_n)
+        if self._check is not None:  # the first round after a latency cut: did the latency follow?
+            before = self._check
+            self._check = None
+            # (Little's law: w / rtt is the round's throughput; a cut to a real queue's estimate keeps
+            # it, a cut below what the backend serves loses it.)
+            lost = w / rtt < (1.0 - CUT_LOSS) * before[1] / before[0]
+            if lost or rtt - base > 0.5 * (before[0] - base):
+                # It did not: the delay is not a queue of ours (a slower backend, shared load, our CPU).
+                # Take today's RTT as the base and undo the cut (Vegas's weak spot, a stale base RTT).
+                self.base.reset(rtt)
+                self.rebased += 1
+                self._set(max(self.window, before[1]))
+                self._new_round(now, changed=True)
+                return
+        # Little's law over the round: throughput = w / mean rtt, so the backend serves w * base/rtt
+        # at once for us. The *mean* RTT, not the minimum: a deterministic server answers in waves,
+        # where a queue of k means k requests of each wave wait a whole L and the rest none.
+        estimate = self.estimate = w * min(1.0, base / rtt)
+        q = w - estimate
+        low, high = queue_band(w, *self.band)
+        if q > high:
+            # A queue: cut to the estimate at once if it is large, else when the next round shows it
+            # too (a standing queue stays; a spike of our own CPU or of the network passes).
+            if q > min(2 * high, 0.1 * w) or self._suspect:
+                self._suspect = False
+                self._cut(estimate, now)
+                self._check = (rtt, w)
+                return
+            self._suspect = True
+            self._new_round(now, False)
+            return
+        self._suspect = False
+        changed = False
+        if q < low and self.limited:
+            self.clear_rounds += 1
+            before = self.limit
+            # the probe speeds up over rounds without queue, to at most 5% of the window per round
+            step = probe_step(self.window, self.probe)
+            self._set(self.window + max(step, min(step * self.clear_rounds, 0.05 * self.window)))
+            changed = self.limit != before
+        else:
+            self.clear_rounds = 0
+        self._new_round(now, changed)
+
+    def _new_round(self, now: float, changed: bool = True) -> None:
+        # after a change, only requests sent from now on tell about it; else the next round goes on
+        # with the requests sent since this one's mark
+        self._round_start = now if changed or self._round_mark is None else self._round_mark
+        self._round_mark = None
+        self._round_rtt, self._round_w, self._round_n, self._round_lag = 0.0, 0.0, 0, 0.0
+        self.limited = False
+
+    def _max_recent(self, now: float, estimate: float, span: float) -> float:
+        """The largest estimate of the last `span` seconds, this one included (a monotonic deque):
+        answers that come back together (a wave of C) see different counts delivered before them."""
+        recent = self._recent
+        while recent and recent[0][0] < now - span:
+            recent.popleft()
+        while recent and recent[-1][1] <= estimate:
+            recent.pop()
+        recent.append((now, estimate))
+        return recent[0][1]
+
+    def on_refused(
+        self, now: float, permit: Permit, in_flight: int, retry_after: float | None = None
+    ) -> None:
+        """A request sent with `permit` was refused (429/503) at `now`; `in_flight`: the others still out.
+
+        With `retry_after` (seconds, a rate limit): close the gate until then and pace from now on.
+        """
+        if retry_after is not None:
+            self.rate_limits += 1
+            self.pause_until = max(self.pause_until, now + retry_after)
+            self.paced_until = now + self.pace_for
+        else:
+            self.refusals += 1
+        if self.state == self.STARTUP or (permit.epoch == 0 and self.epoch == 1):
+            # the first burst: the backend holds at most what is still in flight
+            if self.state == self.STARTUP:
+                self._cut(min(self.window, float(max(in_flight, self.minimum))), now)
+            else:
+                self._set(min(self.window, float(max(in_flight, self.minimum))))
+        elif permit.epoch == self.epoch:  # the first refusal since the last cut
+            factor = self.rate_decrease if retry_after is not None else self.refused_decrease
+            self._cut(self.window * factor, now)
+        elif retry_after is None:  # one more refusal of the window that was cut
+            self._set(self.window - 1.0)
+
+
+# --------------------------------------------------------------------------------------------- asyncio
+
+
+class AdaptiveLimiter:
+    """An asyncio semaphore whose size is `LimitController.limit`; also a gate (Retry-After) and a pacer.
+
+    acquire() -> Permit; send the request; then exactly one of
+      release(permit, latency=..., refused=False)          an answer (any status but 429/503)
+      release(permit, refused=True, retry_after=seconds)   a 429/503 (retry_after from the header, if any)
+      give_back(permit)                                    never sent
+    `latency` defaults to the time since acquire. Waiters are served first come, first served, except
+    retries (`first_in_line`). Not thread-safe: use it from one loop.
     """
 
     def __init__(
         self,
-        maximum: int,
+        maximum: int = 512,
         *,
-        minimum: int = 1,
-        initial: int = 16,
-        increase: float = 1.0,
-        decrease: float = 0.97,
+        clock=time.monotonic,
+        lag_probe: float = 0.01,
+        **options,
     ) -> None:
-        if not 1 <= minimum <= maximum:
-            raise ValueError(f"need 1 <= minimum <= maximum, got {minimum} and {maximum}")
-        if not 0 < decrease < 1 or increase <= 0:
-            raise ValueError("need 0 < decrease < 1 and increase > 0")
-        self.minimum, self.maximum = minimum, maximum
-        self.increase, self.decrease = increase, decrease
-        self._window = float(min(maximum, max(minimum, initial)))
-        self._threshold = float(maximum)  # slow start below it; set by the first cut
+        """`maximum`: the safety cap on requests in flight; `clock`: seconds (monotonic); `lag_probe`:
+        seconds between the event-loop lag timer's ticks (0: none); `options`: `LimitController`'s."""
+        self.control = LimitController(maximum, **options)
+        self.clock = clock
         self.in_flight = 0
-        self.epoch = 0
-        self.overloads = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next_send = 0.0
+        self.peak_in_flight = 0
+        self.trace: list[tuple[float, int, int]] | None = None  # (time, limit, in_flight) if enabled
+        # Event loop lag: how late a 10 ms timer fires. An answer waits about that long in our own
+        # loop before we see it; it is subtracted from the RTT, so a busy client (or a CPU-starved
+        # one: a small Lambda, noisy neighbours) is not taken for a queueing server.
+        self.lag = 0.0
+        self._probe: asyncio.TimerHandle | None = None
+        self._probe_due = 0.0
+        self.lag_probe = lag_probe
 
     @property
     def limit(self) -> int:
         """Requests allowed in flight now."""
-        return int(self._window)
+        return self.control.limit
 
     @property
-    def window(self) -> float:
-        """The fractional limit that additive increase accumulates into."""
-        return self._window
+    def maximum(self) -> int:
+        """The cap on `limit`. Settable (a per-account share bound, WORKER_CONCURRENCY changed): what
+        was learned of the backend is kept, the window clamped to the new cap."""
+        return self.control.maximum
+
+    @maximum.setter
+    def maximum(self, value: int) -> None:
+        control = self.control
+        control.maximum = max(control.minimum, value)
+        control._set(control.window)
+        self._wake()
+
+    def _may_send(self, now: float) -> float:
+        """0 when a request may go now, else how long until it may (gate, pacing)."""
+        control = self.control
+        if now < control.pause_until:
+            return control.pause_until - now
+        if control.paced(now) and now < self._next_send:
+            return self._next_send - now
+        return 0.0
+
+    def _grant(self, now: float) -> None:
+        self.in_flight += 1
+        if self.in_flight > self.peak_in_flight:
+            self.peak_in_flight = self.in_flight
+        if self.control.paced(now):
+            self._next_send = max(now, self._next_send) + self.control.pace_interval()
+
+    def _lag_tick(self) -> None:
+        now = self.clock()
+        late = max(0.0, now - self._probe_due)
+        self.lag = late if late > self.lag else 0.7 * self.lag + 0.3 * late  # fast up, slow down
+        if self.in_flight or self._waiters:
+            self._probe_due = now + self.lag_probe
+            self._probe = asyncio.get_running_loop().call_later(self.lag_probe, self._lag_tick)
+        else:
+            self._probe = None
 
     async def acquire(self, *, first_in_line: bool = False) -> Permit:
-        """Wait for room in the window; return the permit to `release` when the request is answered.
+        """Wait for room in the window (and the Retry-After gate, and pacing); the permit to hand back.
 
-        `first_in_line` puts the request ahead of all waiting ones (a retry of a refused request, so it
-        is sent in the next free place rather than after everything queued meanwhile).
-        """
-        if self.in_flight < self.limit and (first_in_line or not self._waiters):
-            self.in_flight += 1
+        `first_in_line`: ahead of all waiting (a retry of a refused request)."""
+        now = self.clock()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # timers of a loop that has ended never fire: start afresh
+            self._loop, self._probe, self._timer = loop, None, None
+        if self._probe is None and self.lag_probe:
+            self._probe_due = now + self.lag_probe
+            self._probe = asyncio.get_running_loop().call_later(self.lag_probe, self._lag_tick)
+        if self.in_flight < self.limit and (first_in_line or not self._waiters) and not self._may_send(now):
+            self._grant(now)
         else:
+            if self.in_flight >= self.limit:
+                self.control.limited = True
             waiter = asyncio.get_running_loop().create_future()
             if first_in_line:
                 self._waiters.appendleft(waiter)
             else:
                 self._waiters.append(waiter)
+            self._wake()
             try:
                 await waiter  # `_wake` counted this request in flight before resolving it
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
-                    self.in_flight -= 1  # granted, then cancelled: give the room back
+                    self.in_flight -= 1
                     self._wake()
                 elif waiter in self._waiters:  # `_wake` drops waiters cancelled before their turn
                     self._waiters.remove(waiter)
                 raise
-        return Permit(self.epoch)
+            now = self.clock()
+        return Permit(self.control.epoch, now, self.in_flight, self.control.delivered)
 
-    def release(self, permit: Permit, *, overloaded: bool = False) -> None:
-        """Hand back `permit`: `overloaded` when the backend refused for lack of capacity (429, 503).
+    def release(
+        self,
+        permit: Permit,
+        *,
+        latency: float | None = None,
+        refused: bool = False,
+        retry_after: float | None = None,
+        sample: bool = True,
+    ) -> None:
+        """Hand back `permit` once its request was answered.
 
-        A success grows the limit only while the limit is what holds requests back (some wait, or
-        the window is full): a limit that is not used says nothing about the backend.
+        `refused`: a 429/503 (`retry_after` seconds when the answer gave them); `latency`: seconds, by
+        default since `acquire`; `sample=False`: an answer that says nothing of the backend's queue (an
+        error answered at once, a client-side timeout): it frees the place and moves nothing.
         """
-        limiting = bool(self._waiters) or self.in_flight >= self.limit
+        now = self.clock()
+        if self._waiters or self.in_flight >= self.limit:
+            self.control.limited = True
         self.in_flight -= 1
-        if overloaded:
-            self.overloads += 1
-            if permit.epoch == 0:  # the first probe: the backend holds at most the requests still out
-                self.epoch = max(self.epoch, 1)
-                window = min(self._window, float(self.in_flight))
-            elif permit.epoch == self.epoch:  # the first refusal since the last cut
-                self.epoch += 1
-                window = self._window * self.decrease
-            else:  # one more refusal of the window that was cut
-                window = self._window - 1
-            self._window = self._threshold = max(float(self.minimum), window)
-        elif limiting and self._window < self.maximum:
-            step = self.increase if self._window < self._threshold else self.increase / self._window
-            self._window = min(float(self.maximum), self._window + step)
+        if refused:
+            self.control.on_refused(now, permit, self.in_flight, retry_after)
+        elif sample:
+            rtt = now - permit.sent_at if latency is None else latency
+            self.control.on_success(now, permit, rtt, self.lag)
+        if self.trace is not None:
+            self.trace.append((now, self.limit, self.in_flight))
         self._wake()
 
     def give_back(self, permit: Permit) -> None:
-        """Hand back a `permit` that was never used to send a request: the limit does not change."""
+        """Hand back a `permit` never used to send a request: the limit does not change."""
         self.in_flight -= 1
         self._wake()
 
     def _wake(self) -> None:
+        now = None
         while self._waiters and self.in_flight < self.limit:
+            now = self.clock() if now is None else now
+            wait = self._may_send(now)
+            if wait > 0:
+                if self._timer is None:
+                    self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
+                return
             waiter = self._waiters.popleft()
             if not waiter.done():
-                self.in_flight += 1
+                self._grant(now)
                 waiter.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wake()

@@ -31,7 +31,11 @@ class Settings(BaseSettings):
     # Defaults measured by `make bench` (README "Performance"), kept equal to template.yaml's.
     shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
     worker_concurrency: int = Field(
-        64, ge=1, le=256, description="most requests in flight per shard worker (it adapts below)"
+        512,
+        ge=1,
+        le=4096,
+        description="safety cap on requests in flight per shard worker (its limiter finds the backend's "
+        "capacity below it; 512 fits a large GPU server)",
     )
     max_requests_per_file: int = Field(50_000, ge=1)
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)

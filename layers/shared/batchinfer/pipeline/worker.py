@@ -28,7 +28,7 @@ from batchinfer.backends import chaos as backend_chaos
 from batchinfer.backends import load_registry
 from batchinfer.backends.base import BackendError, ChatBackend, RequestNotStarted, Withdrawable, require_utf8
 from batchinfer.backends.http import closing
-from batchinfer.backends.limiter import AIMDLimiter
+from batchinfer.backends.limiter import AdaptiveLimiter
 from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger, metrics
 from batchinfer.core.settings import get_settings
@@ -41,11 +41,16 @@ from batchinfer.wire.status import BatchStatus
 
 MAX_ATTEMPTS = 4
 BACKOFF_BASE_S, BACKOFF_CAP_S = 0.5, 20.0
-# An overloaded backend (429, 503) is normal under a batch: the limiter cuts the requests in flight,
-# so the refused request retries soon, and more often than after other errors (a batch is patient;
-# near the time limit it stops retrying, see `_Limited`).
+# An overloaded backend (429, 503) is normal under a batch: the limiter cuts the requests in flight
+# (and owns a Retry-After wait: its gate holds every request, not only the refused one), so the
+# refused request retries soon, and more often than after other errors (a batch is patient; near the
+# time limit it stops retrying, see `_Limited`).
 MAX_OVERLOADED_ATTEMPTS = 20
 OVERLOADED_BACKOFF_BASE_S = 0.05
+# The limiter bounds what is in flight and owns Retry-After: a refused request's own wait only spreads
+# retries, and a long one is the batch's tail (measured: two shard workers on one refusing C = 512
+# server, retries backing off to 20 s, took 58 s for 20 s of work).
+OVERLOADED_BACKOFF_CAP_S = 1.0
 OVERLOADED = frozenset({429, 503})
 # One loop per process: backends may keep connection pools bound to it across invocations.
 _LOOP = asyncio.new_event_loop()
@@ -151,14 +156,17 @@ def _wait(state: RetryCallState) -> float:
     """Capped exponential backoff with full jitter, never shorter than the backend's Retry-After.
 
     The first retry of an overload answer does not wait: the limiter was just cut, so the retry is
-    held until a request in flight is answered, which is when the backend has room again.
+    held until a request in flight is answered, which is when the backend has room again. An overload
+    answer's Retry-After is the limiter's (`_Limited` hands it over): its gate holds the retry.
     """
     error = state.outcome.exception() if state.outcome else None
     attempt = state.attempt_number
     if not _overloaded(error):
         backoff = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
     elif attempt > 1:
-        backoff = random.uniform(0, min(BACKOFF_CAP_S, OVERLOADED_BACKOFF_BASE_S * 2 ** (attempt - 2)))
+        backoff = random.uniform(
+            0, min(OVERLOADED_BACKOFF_CAP_S, OVERLOADED_BACKOFF_BASE_S * 2 ** (attempt - 2))
+        )
     else:
         backoff = 0.0
     retry_after = getattr(error, "retry_after", None) or 0.0
@@ -212,11 +220,17 @@ class _Limited:
     """One request's view of `backend`: each attempt waits for a permit of `limiter` and holds it while
     in flight; a retry waits outside the window, then goes ahead of the requests not sent yet.
 
+    Tells the limiter what each answer says of the backend: a success its latency; a 429/503 a refusal
+    with its Retry-After (the limiter's gate then owns that wait, `_wait` does not sleep it again);
+    any other error nothing (answered at once or timed out: neither is a queue sample).
+
     The first attempt raises `_NotStarted` instead of sending when `out_of_time()`, and an overload
     answer is not retried any more then: the shard must commit.
     """
 
-    def __init__(self, backend: ChatBackend, limiter: AIMDLimiter, out_of_time: Callable[[], bool]) -> None:
+    def __init__(
+        self, backend: ChatBackend, limiter: AdaptiveLimiter, out_of_time: Callable[[], bool]
+    ) -> None:
         self.backend, self.limiter, self.out_of_time = backend, limiter, out_of_time
         self._started = False
 
@@ -232,36 +246,53 @@ class _Limited:
                 self.limiter.give_back(permit)
                 raise _NotStarted
             self._started = True
-        overloaded = False
         try:
-            return await self.backend.chat_completion(body)
+            answer = await self.backend.chat_completion(body)
         except BackendError as error:
-            overloaded = error.status_code in OVERLOADED
-            if overloaded and error.retryable and self.out_of_time():
-                error.retryable = False
+            if error.status_code in OVERLOADED:
+                retry_after, error.retry_after = error.retry_after, None
+                if retry_after is not None:
+                    retry_after = min(retry_after, BACKOFF_CAP_S)
+                self.limiter.release(permit, refused=True, retry_after=retry_after)
+                if error.retryable and self.out_of_time():
+                    error.retryable = False
+            else:
+                self.limiter.release(permit, sample=False)
             raise
-        finally:
-            self.limiter.release(permit, overloaded=overloaded)
+        except BaseException:
+            self.limiter.release(permit, sample=False)
+            raise
+        self.limiter.release(permit)
+        return answer
 
 
-_LIMITERS: weakref.WeakKeyDictionary[Any, AIMDLimiter] = weakref.WeakKeyDictionary()
+_LIMITERS: weakref.WeakKeyDictionary[Any, AdaptiveLimiter] = weakref.WeakKeyDictionary()
+# The first burst against a backend of unknown kind (see batchinfer.backends.limiter, "Startup").
+INITIAL_CONCURRENCY = 64
 
 
-def limiter_for(backend: ChatBackend, maximum: int) -> AIMDLimiter:
-    """The process's concurrency limiter for `backend`, at most `maximum` in flight.
+def limiter_for(backend: ChatBackend, maximum: int) -> AdaptiveLimiter:
+    """The process's concurrency limiter for `backend` (one per backend per process), at most `maximum`
+    in flight.
 
     Kept per backend, so what it learned of the backend's capacity outlives one `run_requests`
-    (checkpoint windows, warm invocations) instead of being probed again with 429s.
+    (checkpoint windows, warm invocations) instead of being probed again. A new `maximum` (a share
+    bound, a changed WORKER_CONCURRENCY) re-caps the same limiter. An in-process engine (a backend with
+    a `concurrency_hint`) gets a fixed window: its latency grows with its batch by design.
     """
     try:
         limiter = _LIMITERS.get(backend)
     except TypeError:  # not weakly referenceable: a limiter for this run only
         limiter, backend = None, None
-    if limiter is None or limiter.maximum != maximum:
-        # From the maximum: the first round trip fills the backend, its refusals say its capacity.
-        limiter = AIMDLimiter(maximum, initial=maximum)
+    if limiter is None:
+        if getattr(backend, "concurrency_hint", None):
+            limiter = AdaptiveLimiter(maximum, initial=maximum, latency=False, lag_probe=0)
+        else:
+            limiter = AdaptiveLimiter(maximum, initial=INITIAL_CONCURRENCY)
         if backend is not None:
             _LIMITERS[backend] = limiter
+    elif limiter.maximum != maximum:
+        limiter.maximum = maximum
     return limiter
 
 
@@ -390,9 +421,10 @@ async def run_window(
 ) -> Window:
     """Run requests, launched in input order, at most `concurrency` in flight.
 
-    How many are really in flight adapts to the backend (`limiter_for`): AIMD between 1 and
-    `concurrency`, cut on 429/503 answers and grown back on successes, so the backend is kept full
-    without being flooded. Stops launching when `time_left_ms()` (this window's time, e.g. to a
+    How many are really in flight adapts to the backend (`limiter_for`,
+    `batchinfer.backends.limiter.AdaptiveLimiter`) between 1 and `concurrency`: cut on 429/503 answers,
+    on latency that shows a queue, and on Retry-After, grown back on successes, so the backend is kept
+    full without being flooded or queued. Stops launching when `time_left_ms()` (this window's time, e.g. to a
     checkpoint) drops under `reserve_ms`.
 
     The per-request deadline (issue 12) is the invocation's remaining time `deadline_ms()` (default
