@@ -55,7 +55,10 @@ def stack() -> Iterator[LocalStack]:
     with LocalStack(
         port=0,
         schedule_interval=1.0,
-        parameter_overrides={"ShardSize": "4"},
+        # At most 6 shard workers at once (the template's default is 20): each execution environment
+        # loads the model (about 1 GB resident), and 20 of them on this machine's 2 cores and 24 GB
+        # ran it out of memory; the crashes still find fresh environments to retry in.
+        parameter_overrides={"ShardSize": "4", "MaxShardWorkers": "6"},
         function_environment=FAST_RECOVERY,
     ) as running:
         yield running
