@@ -5,7 +5,7 @@ from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.core.observability import logger, tracer
+from batchinfer.core.observability import logger, metrics, tracer
 from batchinfer.data.sqs import BatchMessage
 from batchinfer.pipeline.prepare import prepare_batch
 
@@ -23,6 +23,7 @@ def record_handler(record: PrepareRecord) -> str:
     return outcome
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:

@@ -7,7 +7,7 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3Event
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.core.observability import logger, tracer
+from batchinfer.core.observability import logger, metrics, tracer
 from batchinfer.pipeline.inbox import start_from_record
 
 processor = BatchProcessor(event_type=EventType.SQS)
@@ -26,6 +26,7 @@ def record_handler(record: SQSRecord) -> list[str]:
     return started
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:

@@ -12,7 +12,7 @@
     batchinfer smoke [--second-api-key KEY]       the whole user flow against a stack, one line per step
     batchinfer demo FILE                          local stack + submit --wait + print answers, then stop
     batchinfer keys create|revoke|list ...        API keys (only their hash is stored)
-    batchinfer accounts show|set ID ...           bucket allowlist (TokenHub paths) and limit overrides
+    batchinfer accounts show|set ID ...           bucket allowlist, limit overrides, webhook URL
 
 The client commands talk to `--base-url` (default `$BATCHINFER_BASE_URL`, else the local stack at
 http://127.0.0.1:8000/v1) with `--api-key` (default `$BATCHINFER_API_KEY`); `--json` prints the API's
@@ -619,6 +619,7 @@ def cmd_accounts(args: argparse.Namespace) -> int:
     from batchinfer.data import accounts
 
     table = _table(args)
+    secret = None
     if args.action == "set":
         try:
             account = accounts.configure_account(
@@ -628,11 +629,23 @@ def cmd_accounts(args: argparse.Namespace) -> int:
                 max_creates_per_minute=args.max_creates_per_minute,
                 table=table,
             )
+            if args.webhook_url is not None:
+                secret = accounts.set_webhook(args.account, args.webhook_url or None, table=table)
+                account = accounts.get_account(args.account, table=table)
         except ValueError as error:
             raise CliError(f"error: {error}", code=2) from None
     else:
         account = accounts.get_account(args.account, table=table)
-    print(account.model_dump_json()) if args.json else console.print_json(account.model_dump_json())
+    shown = account.model_dump(mode="json", exclude={"webhook_secret"})
+    if secret:
+        # Shown this once: the receiver verifies deliveries with it (Standard Webhooks).
+        shown["webhook_secret"] = secret
+    if args.json:
+        print(json.dumps(shown))
+        return 0
+    console.print_json(data=shown)
+    if secret:
+        console.print(f"webhook signing secret (shown once, keep it): {secret}", soft_wrap=True)
     return 0
 
 
@@ -772,6 +785,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     configure.add_argument("--max-active-batches", type=int)
     configure.add_argument("--max-creates-per-minute", type=int)
+    configure.add_argument(
+        "--webhook-url",
+        metavar="URL",
+        help="send batch webhooks there, signed with a new secret it prints once ('' removes it)",
+    )
     redrive = command("redrive", cmd_redrive, "move a dead-letter queue's messages back to their queue")
     redrive.add_argument("dlq_url", help="the dead-letter queue's URL")
     redrive.add_argument(

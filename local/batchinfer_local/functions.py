@@ -81,6 +81,36 @@ class ScheduleEventSpec(_Spec):
         return int(match.group(1)) * {"minute": 60, "hour": 3600, "day": 86400}[unit]
 
 
+class DynamoDbEventSpec(_Spec):
+    """A `DynamoDB` (stream) event source (defaults as in the Lambda event source mapping API).
+
+    `filter_patterns` are the EventBridge patterns of `FilterCriteria.Filters` (a record invokes when
+    it matches any; none: every record); `maximum_batching_window` is in seconds (0..300);
+    `maximum_retry_attempts` -1 is unlimited.
+    """
+
+    type: Literal["DynamoDB"] = "DynamoDB"
+    name: str
+    stream_arn: str = Field(alias="Stream")
+    starting_position: Literal["TRIM_HORIZON", "LATEST"] = Field(alias="StartingPosition")
+    batch_size: int = Field(100, alias="BatchSize", ge=1, le=10_000)
+    maximum_batching_window: int = Field(0, alias="MaximumBatchingWindowInSeconds", ge=0, le=300)
+    maximum_retry_attempts: int = Field(-1, alias="MaximumRetryAttempts", ge=-1, le=10_000)
+    enabled: bool = Field(True, alias="Enabled")
+    function_response_types: tuple[str, ...] = Field((), alias="FunctionResponseTypes")
+    filter_criteria: dict[str, Any] | None = Field(None, alias="FilterCriteria")
+
+    @property
+    def reports_batch_item_failures(self) -> bool:
+        """Whether the handler's `batchItemFailures` answer is honoured (else it is ignored)."""
+        return "ReportBatchItemFailures" in self.function_response_types
+
+    @property
+    def filter_patterns(self) -> list[str]:
+        """The filters' patterns (JSON strings)."""
+        return [item["Pattern"] for item in (self.filter_criteria or {}).get("Filters") or []]
+
+
 class HttpApiEventSpec(_Spec):
     """An `HttpApi` event source; no Path/Method means the `$default` route."""
 
@@ -96,7 +126,9 @@ class HttpApiEventSpec(_Spec):
         return "$default" if self.path is None else f"{self.method.upper()} {self.path}"
 
 
-EventSpec = Annotated[SqsEventSpec | ScheduleEventSpec | HttpApiEventSpec, Field(discriminator="type")]
+EventSpec = Annotated[
+    SqsEventSpec | ScheduleEventSpec | DynamoDbEventSpec | HttpApiEventSpec, Field(discriminator="type")
+]
 
 
 class FunctionSpec(_Spec):
@@ -122,7 +154,7 @@ class FunctionSpec(_Spec):
 
 
 # Event types the runtime can drive; others are reported and skipped.
-DRIVEN_EVENT_TYPES = ("SQS", "Schedule", "HttpApi")
+DRIVEN_EVENT_TYPES = ("SQS", "Schedule", "DynamoDB", "HttpApi")
 
 
 def handler_location(

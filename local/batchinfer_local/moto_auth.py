@@ -13,6 +13,9 @@ as ONE action `<service>:<Operation>` on ONE resource: whatever the service's re
 - SQS (moto/sqs/responses.py `SQSResponse._determine_resource`) gives the queue's ARN, as AWS does, but checks
   `sqs:DeleteMessageBatch` / `sqs:ChangeMessageVisibilityBatch` / `sqs:SendMessageBatch`, which are no IAM
   actions: AWS authorizes them as DeleteMessage / ChangeMessageVisibility / SendMessage.
+- EventBridge (moto/events/responses.py `EventsHandler`) has none either: PutEvents is checked on `"*"`,
+  which a policy on the bus's ARN (SAM's EventBridgePutEventsPolicy) never matches; AWS checks each
+  entry's bus.
 - Secrets Manager has no `_determine_resource` either: a statement on `secret:batchinfer/cos-??????`
   never matches.
 - Wildcards (moto/iam/access_control.py `IAMPolicyStatement._match`): only `*` is one; the rest of a
@@ -47,6 +50,7 @@ from botocore.awsrequest import AWSRequest
 from moto.core.authorization import ActionAuthenticatorMixin
 from moto.core.exceptions import JsonRESTError
 from moto.dynamodb.responses import DynamoHandler
+from moto.events.responses import EventsHandler
 from moto.iam.access_control import (
     CreateAccessKeyFailure,
     IAMPolicyStatement,
@@ -190,6 +194,29 @@ def _secrets_authorize(self: SecretsManagerResponse, resource: str = "*") -> Non
     self._authenticate_and_authorize_action(
         PerActionIAMRequest, [(f"secretsmanager:{self._get_action()}", resource)]
     )
+
+
+def events_checks(operation: str, body: dict[str, Any], region: str, account: str) -> list[tuple[str, str]]:
+    """The (IAM action, resource ARN) pairs AWS authorizes for one EventBridge call: PutEvents on each
+    entry's bus (`EventBusName`, a name or an ARN; default `default`), other calls on `*`."""
+    if operation != "PutEvents":
+        return [(f"events:{operation}", "*")]
+    buses = {entry.get("EventBusName") or "default" for entry in body.get("Entries") or []} or {"default"}
+    return [
+        (
+            "events:PutEvents",
+            bus if bus.startswith("arn:") else f"arn:aws:events:{region}:{account}:event-bus/{bus}",
+        )
+        for bus in sorted(buses)
+    ]
+
+
+def _events_authorize(self: EventsHandler, resource: str = "*") -> None:
+    # moto checks every EventBridge call on "*", which SAM's EventBridgePutEventsPolicy (the bus's ARN)
+    # never matches.
+    body = json.loads(self.body or "{}") if isinstance(self.body, str | bytes) else {}
+    checks = events_checks(self._get_action(), body, self.region, self.current_account)
+    self._authenticate_and_authorize_action(PerActionIAMRequest, checks)
 
 
 class PresignedS3IAMRequest(S3IAMRequest):
@@ -384,6 +411,7 @@ def install() -> None:
     """Make moto authorize DynamoDB, SQS, Secrets Manager and S3 HeadBucket calls as AWS does (idempotent)."""
     _patch(DynamoHandler, "_authenticate_and_authorize_normal_action", _dynamodb_authorize)
     _patch(SQSResponse, "_authenticate_and_authorize_normal_action", _sqs_authorize)
+    _patch(EventsHandler, "_authenticate_and_authorize_normal_action", _events_authorize)
     _patch(SecretsManagerResponse, "_determine_resource", _secret_resource)
     _patch(SecretsManagerResponse, "_authenticate_and_authorize_normal_action", _secrets_authorize)
     _patch(s3_responses.S3Response, "_authenticate_and_authorize_s3_action", _s3_authorize)

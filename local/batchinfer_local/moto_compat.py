@@ -9,6 +9,16 @@ moto 5.2.5's S3 event notifications (moto/s3/notifications.py `_get_s3_event`):
   form-encodes it but leaves `/` as is (`inbox/my+file.jsonl`; reported in
   https://github.com/minio/minio/issues/11665), so a prefix check on the raw key behaves
   differently locally. Handlers must `unquote_plus` keys either way.
+
+moto 5.2.5's DynamoDB Streams (moto/dynamodbstreams/models.py) keep every shard iterator they hand
+out and every record of the table's stream, forever, each with its old and new item: a poller asking
+GetRecords four times a second, and a stack writing batch headers several times a second, grow the
+process by gigabytes in a long test run. AWS expires an iterator after 15 minutes and a record after
+24 hours; `trim_read_stream_records` drops each iterator once it has been read (the local stream
+source never reads one twice) and the records every reader has read (the ones before the oldest
+outstanding iterator's position). An iterator nobody used for `ITERATOR_TTL_S` expires (AWS: 15
+minutes; shorter here, since a local reader asks four times a second): a reader that gave one up after
+a failed poll (it starts again after its last delivered record) no longer keeps every later record.
 """
 
 from __future__ import annotations
@@ -70,3 +80,42 @@ def _is_s3_record(record: Any) -> bool:
 def md5_hex(text: str) -> str:
     """The MD5OfBody SQS reports for a message body."""
     return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+# How long an unused stream shard iterator lives locally (seconds; see the module docstring).
+ITERATOR_TTL_S = 60.0
+
+
+def trim_read_stream_records(enabled: bool = True) -> None:
+    """While `enabled`, make moto's GetRecords forget the iterator it was given and the records every
+    reader has passed (see the module docstring); `False` restores moto's own GetRecords."""
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    original = getattr(DynamoDBStreamsBackend.get_records, "_original", None)
+    if not enabled:
+        if original is not None:
+            DynamoDBStreamsBackend.get_records = original  # type: ignore[method-assign]
+        return
+    if original is not None:
+        return
+    original = DynamoDBStreamsBackend.get_records
+
+    def get_records(self: DynamoDBStreamsBackend, iterator_arn: str, limit: int) -> dict[str, Any]:
+        result = original(self, iterator_arn, limit)
+        shard = self.shard_iterators.pop(iterator_arn).stream_shard
+        at = time.monotonic()
+        for arn, iterator in list(self.shard_iterators.items()):
+            seen = iterator.__dict__.setdefault("_batchinfer_seen_at", at)
+            if at - seen > ITERATOR_TTL_S:
+                del self.shard_iterators[arn]  # expired: its reader gave it up
+        # Each reader holds one outstanding iterator (the one just returned): records before the
+        # slowest one's position are read by all. moto numbers records from the first one it keeps.
+        positions = [it.sequence_number for it in self.shard_iterators.values() if it.stream_shard is shard]
+        read = min(positions, default=shard.starting_sequence_number) - shard.starting_sequence_number
+        if read > 0:
+            del shard.items[:read]
+            shard.starting_sequence_number += read
+        return result
+
+    get_records._original = original  # type: ignore[attr-defined]
+    DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]

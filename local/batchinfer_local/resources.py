@@ -36,6 +36,10 @@ NOT_EMULATED = frozenset(
         "AWS::IAM::Policy",
         "AWS::IAM::ManagedPolicy",
         "AWS::Logs::LogGroup",
+        # Alarms and dashboards watch metrics, which the local stack does not collect (the functions'
+        # EMF lines are in their logs).
+        "AWS::CloudWatch::Alarm",
+        "AWS::CloudWatch::Dashboard",
     }
 )
 

@@ -32,12 +32,19 @@ from moto.server import ThreadedMotoServer
 
 from . import iam, moto_auth
 from .environments import EnvironmentPool, PoolStats
-from .functions import FunctionSpec, ScheduleEventSpec, SqsEventSpec, function_specs, merged_environment
+from .functions import (
+    DynamoDbEventSpec,
+    FunctionSpec,
+    ScheduleEventSpec,
+    SqsEventSpec,
+    function_specs,
+    merged_environment,
+)
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
-from .moto_compat import complete_s3_notification
+from .moto_compat import complete_s3_notification, trim_read_stream_records
 from .resources import Resources, create_resources
-from .runtime import Activity, ScheduleRunner, SqsEventSource
+from .runtime import Activity, DynamoDbStreamSource, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
 
 log = logging.getLogger(__name__)
@@ -134,7 +141,7 @@ class LocalStack:
         self._endpoint: str | None = None
         self._auth_saved: tuple[float, int] | None = None
         self._http: HttpApiServer | None = None
-        self._sources: list[SqsEventSource | ScheduleRunner] = []
+        self._sources: list[SqsEventSource | ScheduleRunner | DynamoDbStreamSource] = []
         self._saved_environ: dict[str, str | None] = {}
         self._clients: dict[str, Any] = {}
         self._function_clients: dict[tuple[str, str], Any] = {}
@@ -249,7 +256,8 @@ class LocalStack:
         self.stop()
 
     def wait_idle(self, timeout: float = 60.0) -> None:
-        """Return once every queue that feeds a function is empty (visible, in flight and delayed)
+        """Return once every queue that feeds a function is empty (visible, in flight and delayed), every
+        table stream a function reads has been read to its end
         and no invocation is running. Dead-letter queues are not waited on.
 
         Raises:
@@ -257,8 +265,13 @@ class LocalStack:
         """
         deadline = time.monotonic() + timeout
         while True:
-            generation = self.activity.generation
-            if self.activity.busy == 0 and self._queues_empty() and self.activity.generation == generation:
+            generation, looked_at = self.activity.generation, time.monotonic()
+            if (
+                self.activity.busy == 0
+                and self._queues_empty()
+                and self._streams_caught_up(looked_at)
+                and self.activity.generation == generation
+            ):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"local stack still busy after {timeout} s")
@@ -393,6 +406,7 @@ class LocalStack:
         # moto's werkzeug server logs every request at INFO.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
+        trim_read_stream_records()
         self._auth_saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count)
         moto_auth.install()
         # The AWS managed policies SAM attaches (AWSLambdaBasicExecutionRole, ...), loaded by moto.
@@ -426,6 +440,7 @@ class LocalStack:
             settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = self._auth_saved
             self._auth_saved = None
             moto_auth.uninstall()
+            trim_read_stream_records(False)  # moto's own streams again for in-process mock_aws tests
 
     def _make_client(self, credentials: iam.Credentials, service: str) -> Any:
         # One session for every client: it loads each service model once.
@@ -597,12 +612,34 @@ class LocalStack:
                             self._stopping,
                         )
                     )
+                elif isinstance(source, DynamoDbEventSpec):
+                    if not source.enabled:
+                        continue
+                    self._sources.append(
+                        DynamoDbStreamSource(
+                            pool,
+                            source,
+                            self.function_client(logical_id, "dynamodbstreams"),
+                            LOCAL_REGION,
+                            self.redelivery_delay,
+                            self._stopping,
+                        )
+                    )
                 else:
                     routes.append(Route.of(pool, source))
         self._http = HttpApiServer(Router(routes), pseudo["AWS::AccountId"], self.host, self.port)
         self._http.start()
         for source in self._sources:
             source.start()
+
+    def _streams_caught_up(self, since: float) -> bool:
+        # Each stream source has polled, after `since`, and found nothing left to deliver.
+        streams = [source for source in self._sources if isinstance(source, DynamoDbStreamSource)]
+        while any(source.caught_up_at <= since for source in streams):
+            if self._stopping.is_set() or time.monotonic() - since > 5:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _queues_empty(self) -> bool:
         names = [

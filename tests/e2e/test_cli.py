@@ -6,6 +6,7 @@ reads what it prints; every failure must be exactly one line on stderr, never a 
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,3 +230,15 @@ def test_keys_and_accounts_on_the_local_stack_need_no_aws_credentials(
     assert listed.startswith(f"{created['key_id']}  created 20") and " UTC  active  " in listed
     assert cli.main(["accounts", "show", "cli-local", "--local", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["account_id"] == "cli-local"
+    # A webhook URL: its signing secret is printed once, then never shown again
+    url = "http://127.0.0.1:9/hooks"
+    assert cli.main(["accounts", "set", "cli-local", "--webhook-url", url, "--local", "--json"]) == 0
+    configured = json.loads(capsys.readouterr().out)
+    assert configured["webhook_url"] == url and configured["webhook_secret"].startswith("whsec_")
+    assert len(base64.b64decode(configured["webhook_secret"].removeprefix("whsec_"))) == 32
+    assert cli.main(["accounts", "show", "cli-local", "--local", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["webhook_url"] == url and "webhook_secret" not in shown
+    assert cli.main(["accounts", "set", "cli-local", "--webhook-url", "", "--local"]) == 0
+    out = capsys.readouterr().out
+    assert '"webhook_url": null' in out and "whsec_" not in out

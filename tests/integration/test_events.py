@@ -7,6 +7,7 @@ import json
 import pytest
 
 from batchinfer.data import accounts
+from batchinfer.wire.webhooks import event_id
 from support.moto_env import Aws, load_event
 
 # The API events carry this key (for `sam local invoke`, store it with `batchinfer keys` or use your own).
@@ -59,6 +60,7 @@ def test_sweeper_event_with_nothing_open(moto_aws: Aws) -> None:
         "shards": 0,
         "failed_shards": 0,
         "finalize": 0,
+        "past_window": 0,
         "files_expired": 0,
     }
 
@@ -70,3 +72,21 @@ def test_upload_trigger_event_starts_a_batch(moto_aws: Aws) -> None:
     )
     assert moto_aws.invoke("UploadTriggerFunction", event) == {"batchItemFailures": []}
     assert [m["batch_id"][:6] for m in moto_aws.messages("PrepareQueue")] == ["batch_"]
+
+
+def test_status_events_event_publishes_the_failure_and_queues_its_webhook(moto_aws: Aws) -> None:
+    assert moto_aws.invoke("StatusEventsFunction", load_event("status-events.json")) == {
+        "batchItemFailures": []
+    }
+    [message] = moto_aws.messages("WebhookQueue")
+    assert message == {
+        "batch_id": "batch_0123456789abcdef01234567",
+        "account_id": "default",
+        "type": "batch.failed",
+        "event_id": event_id("batch_0123456789abcdef01234567", "batch.failed"),
+        "created_at": 1764480100,
+    }
+
+
+def test_webhook_event_for_an_account_without_a_url_sends_nothing(moto_aws: Aws) -> None:
+    assert moto_aws.invoke("WebhookFunction", load_event("webhook.json")) == {"batchItemFailures": []}

@@ -8,6 +8,7 @@ least 6x the function timeout, a DLQ with maxReceiveCount >= 5) and from the pro
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +62,9 @@ def test_template_declares_the_pipeline() -> None:
         "ShardsQueue": "AWS::SQS::Queue",
         "FinalizeDeadLetterQueue": "AWS::SQS::Queue",
         "FinalizeQueue": "AWS::SQS::Queue",
+        "WebhookDeadLetterQueue": "AWS::SQS::Queue",
+        "WebhookQueue": "AWS::SQS::Queue",
+        "StatusEventsDeadLetterQueue": "AWS::SQS::Queue",
         "HttpApi": "AWS::Serverless::HttpApi",
         "ApiFunction": "AWS::Serverless::Function",
         "UploadTriggerFunction": "AWS::Serverless::Function",
@@ -69,6 +73,17 @@ def test_template_declares_the_pipeline() -> None:
         "AggregatorFunction": "AWS::Serverless::Function",
         "SweeperFunction": "AWS::Serverless::Function",
         "TokenInferFunction": "AWS::Serverless::Function",
+        "StatusEventsFunction": "AWS::Serverless::Function",
+        "WebhookFunction": "AWS::Serverless::Function",
+        "UploadsDeadLetterAlarm": "AWS::CloudWatch::Alarm",
+        "PrepareDeadLetterAlarm": "AWS::CloudWatch::Alarm",
+        "ShardsDeadLetterAlarm": "AWS::CloudWatch::Alarm",
+        "FinalizeDeadLetterAlarm": "AWS::CloudWatch::Alarm",
+        "WebhookDeadLetterAlarm": "AWS::CloudWatch::Alarm",
+        "StatusEventsDeadLetterAlarm": "AWS::CloudWatch::Alarm",
+        "BatchesPastWindowAlarm": "AWS::CloudWatch::Alarm",
+        "HighErrorRateAlarm": "AWS::CloudWatch::Alarm",
+        "Dashboard": "AWS::CloudWatch::Dashboard",
     }
     assert sorted(TEMPLATE["Outputs"]) == ["ApiUrl", "DataBucketName", "TableName"]
 
@@ -83,6 +98,7 @@ def test_globals_environment_names_every_setting() -> None:
         "PREPARE_QUEUE_URL": {"Ref": "PrepareQueue"},
         "SHARDS_QUEUE_URL": {"Ref": "ShardsQueue"},
         "FINALIZE_QUEUE_URL": {"Ref": "FinalizeQueue"},
+        "WEBHOOK_QUEUE_URL": {"Ref": "WebhookQueue"},
         "SHARD_SIZE": {"Ref": "ShardSize"},
         "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
         "EXPECTED_BUCKET_OWNER": {"Ref": "AWS::AccountId"},
@@ -139,9 +155,11 @@ def test_function_packaging() -> None:
         "ApiFunction": ("python3.12", "Zip"),
         "PrepareFunction": ("python3.12", "Zip"),
         "ShardWorkerFunction": (None, "Image"),
+        "StatusEventsFunction": ("python3.12", "Zip"),
         "SweeperFunction": ("python3.12", "Zip"),
         "TokenInferFunction": (None, "Image"),
         "UploadTriggerFunction": ("python3.12", "Zip"),
+        "WebhookFunction": ("python3.12", "Zip"),
     }
     for function in FUNCTIONS:
         expected = (
@@ -181,6 +199,7 @@ def test_sqs_event_sources_report_batch_item_failures() -> None:
         ("PrepareFunction", "PrepareQueue", 1),
         ("ShardWorkerFunction", "ShardsQueue", 1),
         ("UploadTriggerFunction", "UploadsQueue", 10),
+        ("WebhookFunction", "WebhookQueue", 10),
     ]
     for function, _, props in sources:
         assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"], function
@@ -198,6 +217,7 @@ def test_queue_visibility_timeout_is_at_least_six_times_the_consumer_timeout() -
         "PrepareQueue": (5400, 900),
         "ShardsQueue": (5400, 900),
         "FinalizeQueue": (5400, 900),
+        "WebhookQueue": (180, 30),
     }
 
 
@@ -216,9 +236,11 @@ def test_every_queue_has_its_own_dead_letter_queue() -> None:
         "PrepareQueue": "PrepareDeadLetterQueue",
         "ShardsQueue": "ShardsDeadLetterQueue",
         "FinalizeQueue": "FinalizeDeadLetterQueue",
+        "WebhookQueue": "WebhookDeadLetterQueue",
     }
-    assert queues == consumed | set(dead_letter.values())
-    for dlq in dead_letter.values():
+    # The stream's on-failure destination: no queue feeds it, so it has no DLQ of its own.
+    assert queues == consumed | set(dead_letter.values()) | {"StatusEventsDeadLetterQueue"}
+    for dlq in [*dead_letter.values(), "StatusEventsDeadLetterQueue"]:
         assert RESOURCES[dlq]["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600
 
 
@@ -319,3 +341,51 @@ def test_upload_staging_expires_after_the_longest_upload() -> None:
 
     assert STAGING_PREFIX == "uploads/"
     assert Settings.model_fields["upload_expires_seconds"].metadata[-1].le == 24 * 3600
+
+
+def test_every_dead_letter_queue_has_an_alarm() -> None:
+    dead_letter_queues = sorted(
+        logical_id
+        for logical_id, r in RESOURCES.items()
+        if r["Type"] == "AWS::SQS::Queue" and logical_id.endswith("DeadLetterQueue")
+    )
+    watched = sorted(
+        r["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "AWS/SQS"
+    )
+    assert watched == dead_letter_queues
+    assert len(dead_letter_queues) == 6
+    for logical_id, r in RESOURCES.items():
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "AWS/SQS":
+            p = r["Properties"]
+            assert (p["MetricName"], p["Threshold"], p["ComparisonOperator"]) == (
+                "ApproximateNumberOfMessagesVisible",
+                0,
+                "GreaterThanThreshold",
+            ), logical_id
+
+
+def test_the_error_rate_alarm_divides_failed_by_all_requests() -> None:
+    metrics = {m["Id"]: m for m in RESOURCES["HighErrorRateAlarm"]["Properties"]["Metrics"]}
+    assert metrics["rate"]["Expression"] == "IF(completed + failed > 0, failed / (completed + failed), 0)"
+    assert [metrics[i]["MetricStat"]["Metric"]["MetricName"] for i in ("completed", "failed")] == [
+        "RequestsCompleted",
+        "RequestsFailed",
+    ]
+    assert RESOURCES["BatchesPastWindowAlarm"]["Properties"]["MetricName"] == "BatchesPastWindow"
+
+
+def test_status_events_read_the_batch_table_stream_for_header_writes_only() -> None:
+    assert RESOURCES["BatchTable"]["Properties"]["StreamSpecification"] == {
+        "StreamViewType": "NEW_AND_OLD_IMAGES"
+    }
+    (event,) = merged("StatusEventsFunction")["Events"].values()
+    assert event["Type"] == "DynamoDB"
+    assert event["Properties"]["Stream"] == {"Fn::GetAtt": ["BatchTable", "StreamArn"]}
+    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    (pattern,) = (f["Pattern"] for f in event["Properties"]["FilterCriteria"]["Filters"])
+    assert json.loads(pattern) == {
+        "eventName": ["INSERT", "MODIFY"],
+        "dynamodb": {"Keys": {"PK": {"S": [{"prefix": "BATCH#"}]}, "SK": {"S": ["META"]}}},
+    }

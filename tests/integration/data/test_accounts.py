@@ -4,6 +4,7 @@ transactions that write them (test_batches.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -140,6 +141,8 @@ def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Non
         "max_active_batches": 3,
         "max_creates_per_minute": None,
         "max_infer_in_flight": None,
+        "webhook_url": None,
+        "webhook_secret": None,
         "created_at": 1_800_000_000,
     }
     assert configured.allows("s3://b-1") and not configured.allows("s3://c-1")
@@ -209,3 +212,23 @@ def test_api_function_authenticates_before_anything_else(moto_aws: Aws) -> None:
         "code": "invalid_api_key",
     }
     assert json.loads(answers["good key, bad body"]["body"])["error"]["param"] == "input_file_id"
+
+
+def test_a_webhook_url_gets_a_new_signing_secret_each_time_it_is_set(moto_aws: Aws) -> None:
+    first = accounts.set_webhook("hooked", "https://example.com/hooks")
+    assert first is not None and first.startswith("whsec_")
+    assert len(base64.b64decode(first.removeprefix("whsec_"))) == 32
+    stored = accounts.get_account("hooked")
+    assert (stored.webhook_url, stored.webhook_secret) == ("https://example.com/hooks", first)
+    assert "whsec_" not in repr(stored)  # never in a log line of the account
+    second = accounts.set_webhook("hooked", "http://127.0.0.1:9/other")
+    assert second != first and accounts.get_account("hooked").webhook_secret == second
+    assert accounts.set_webhook("hooked", None) is None
+    removed = accounts.get_account("hooked")
+    assert (removed.webhook_url, removed.webhook_secret) == (None, None)
+
+
+@pytest.mark.parametrize("url", ["example.com/hooks", "ftp://example.com/x", "https://", ""])
+def test_a_webhook_url_must_be_absolute_http(moto_aws: Aws, url: str) -> None:
+    with pytest.raises(ValueError, match="webhook URL must be an absolute http"):
+        accounts.set_webhook("hooked", url)

@@ -52,6 +52,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "PrepareQueue": ("PrepareDeadLetterQueue", 5),
         "ShardsQueue": ("ShardsDeadLetterQueue", 5),
         "FinalizeQueue": ("FinalizeDeadLetterQueue", 5),
+        "WebhookQueue": ("WebhookDeadLetterQueue", 5),
     }
     assert made.notification_queues == {"UploadsQueue"}
     environment = merged_environment(list(specs.values()))
@@ -64,6 +65,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "PREPARE_QUEUE_URL": made.queue_urls["PrepareQueue"],
         "SHARDS_QUEUE_URL": made.queue_urls["ShardsQueue"],
         "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
+        "WEBHOOK_QUEUE_URL": made.queue_urls["WebhookQueue"],
         "SHARD_SIZE": "10",  # the override
         "WORKER_CONCURRENCY": "512",  # the default, as the string CloudFormation passes
         "EXPECTED_BUCKET_OWNER": "123456789012",
@@ -82,7 +84,17 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "AggregatorFunction": (900, 1024),
         "SweeperFunction": (300, 512),
         "TokenInferFunction": (29, 3008),
+        "StatusEventsFunction": (30, 256),
+        "WebhookFunction": (30, 256),
     }
+    (stream,) = specs["StatusEventsFunction"].events
+    assert (stream.type, stream.starting_position, stream.batch_size, stream.maximum_batching_window) == (
+        "DynamoDB",
+        "TRIM_HORIZON",
+        100,
+        1,
+    )
+    assert stream.stream_arn == made_table_stream(aws)
     assert specs["ShardWorkerFunction"].handler_file == REPO / "functions" / "shard_worker" / "app.py"
     assert specs["ApiFunction"].handler_file == REPO / "functions" / "api" / "app.py"
     assert {s.handler_name for s in specs.values()} == {"lambda_handler"}
@@ -116,6 +128,13 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         ("prefix", "inbox/"),
         ("suffix", ".jsonl"),
     ]
+
+
+def made_table_stream(aws: dict[str, object]) -> str:
+    """The stream ARN of the batch table as created (NEW_AND_OLD_IMAGES)."""
+    table = aws["dynamodb"].describe_table(TableName="batchinfer-local-BatchTable")["Table"]  # type: ignore[attr-defined]
+    assert table["StreamSpecification"] == {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    return table["LatestStreamArn"]
 
 
 HANDLER = """\

@@ -218,7 +218,10 @@ def test_a_batch_without_failures_has_no_error_file(
     assert (header.output_file_id, header.error_file_id) == (ids.result_file_id(batch_id, "output"), None)
     assert files.get(ids.result_file_id(batch_id, "error")) is None
     output = s3.get_bytes(moto_aws.bucket, "outbox/q1/output.jsonl")
-    assert s3.get_bytes(moto_aws.bucket, "outbox/q1/error.jsonl") == b""
+    # No error file is written at all (OpenAI: `error_file_id` null when no request failed).
+    with pytest.raises(ClientError) as missing:
+        s3.get_bytes(moto_aws.bucket, "outbox/q1/error.jsonl")
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
     record = files.get(header.output_file_id)
     assert before <= record.created_at <= now()
     assert record.model_dump(exclude={"created_at"}) == {

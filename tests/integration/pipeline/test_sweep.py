@@ -23,7 +23,7 @@ from support.moto_env import Aws
 from support.pipeline import create, prepared, result_lines, run_shard
 from support.scripted import SCRIPTED, scripted_model
 
-NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
+NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
 QUEUES = ("PrepareQueue", "ShardsQueue", "FinalizeQueue")
 
 
@@ -54,7 +54,7 @@ def test_a_running_batch_past_its_window_begins_its_expiry(
 ) -> None:
     batch_id = prepared(moto_aws, lines(3), monkeypatch)
     batches.update(batch_id, BatchChanges(expires_at=now() - 1))
-    assert sweep.sweep() == {**NO_ACTIONS, "expired": 1}
+    assert sweep.sweep() == {**NO_ACTIONS, "expired": 1, "past_window": 1}
     header = batches.get(batch_id)
     assert (header.status, header.sealed, header.final_status) == ("finalizing", None, "expired")
     assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
@@ -64,8 +64,8 @@ def test_a_running_batch_past_its_window_begins_its_expiry(
     header = batches.get(batch_id)
     assert (header.request_counts.completed, header.shards_done) == (2, 1)
     # The next pass leaves it to the aggregator; once quiet (its message lost), it sends it again
-    assert sweep.sweep() == NO_ACTIONS
-    assert sweep_later(stuck()) == {**NO_ACTIONS, "finalize": 1}
+    assert sweep.sweep() == {**NO_ACTIONS, "past_window": 1}  # still open past its window
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "finalize": 1, "past_window": 1}
     assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
     assert batches.get(batch_id) == header
 

@@ -24,6 +24,8 @@ from batchinfer_local.template import Resolver, load_template
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = load_template(REPO / "template.yaml")
 SQS_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole"
+STREAM_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaDynamoDBExecutionRole"
+TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/batchinfer-local-BatchTable"
 BASIC = [
     "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
     "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
@@ -41,9 +43,26 @@ def iam_wildcards() -> Iterator[None]:
 def roles(parameters: dict[str, Any] | None = None) -> dict[str, RoleSpec]:
     """Every function's role, resolved against stand-in resources named as the local stack names them."""
     resolver = Resolver(TEMPLATE, parameters or {})
-    resolver.add_resource("BatchTable", "batchinfer-local-BatchTable")
-    for queue in ("UploadsQueue", "PrepareQueue", "ShardsQueue", "FinalizeQueue"):
-        resolver.add_resource(queue, f"https://local/{queue}", QueueName=f"batchinfer-local-{queue}")
+    resolver.add_resource(
+        "BatchTable",
+        "batchinfer-local-BatchTable",
+        Arn=f"{TABLE}",
+        StreamArn=f"{TABLE}/stream/2026-01-01T00:00:00.000",
+    )
+    for queue in (
+        "UploadsQueue",
+        "PrepareQueue",
+        "ShardsQueue",
+        "FinalizeQueue",
+        "WebhookQueue",
+        "StatusEventsDeadLetterQueue",
+    ):
+        resolver.add_resource(
+            queue,
+            f"https://local/{queue}",
+            QueueName=f"batchinfer-local-{queue}",
+            Arn=f"arn:aws:sqs:us-east-1:123456789012:batchinfer-local-{queue}",
+        )
     return {
         function: role.resolve(resolver)
         for function, role in sam_roles(TEMPLATE, resolver.parameters).items()
@@ -78,6 +97,8 @@ def test_one_role_per_function_with_the_managed_policies_sam_attaches() -> None:
         "TokenInferFunction": ("TokenInferFunctionRole", BASIC),
         "AggregatorFunction": ("AggregatorFunctionRole", [*BASIC, SQS_EXECUTION]),
         "SweeperFunction": ("SweeperFunctionRole", BASIC),
+        "StatusEventsFunction": ("StatusEventsFunctionRole", [*BASIC, STREAM_EXECUTION]),
+        "WebhookFunction": ("WebhookFunctionRole", [*BASIC, SQS_EXECUTION]),
     }
     # /v2: its caller's key and account, its in-flight slots (data/inflight.py); nothing else.
     assert actions(resolved["TokenInferFunction"]) == {
@@ -90,6 +111,21 @@ def test_one_role_per_function_with_the_managed_policies_sam_attaches() -> None:
     # which AWS authorizes item by item.
     assert "dynamodb:ConditionCheckItem" in actions(resolved["ApiFunction"])
     assert not any("dynamodb:TransactWriteItems" in actions(role) for role in resolved.values())
+    # Status events: EventBridge and the webhook queue, no table access but its stream (managed policy).
+    assert not any(a.startswith("dynamodb:") for a in actions(resolved["StatusEventsFunction"]))
+    assert allowed(
+        resolved["StatusEventsFunction"],
+        "events:PutEvents",
+        "arn:aws:events:us-east-1:123456789012:event-bus/default",
+    )
+    # Webhooks: read the account's settings, never write the table.
+    webhook = resolved["WebhookFunction"]
+    assert allowed(webhook, "dynamodb:GetItem", TABLE) and not allowed(webhook, "dynamodb:PutItem", TABLE)
+    assert allowed(
+        webhook,
+        "sqs:ChangeMessageVisibility",
+        "arn:aws:sqs:us-east-1:123456789012:batchinfer-local-WebhookQueue",
+    )
 
 
 DATA = "arn:aws:s3:::batchinfer-123456789012-us-east-1-data"

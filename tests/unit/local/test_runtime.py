@@ -8,16 +8,24 @@ from __future__ import annotations
 import base64
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.parser.models import S3Model
 
+from batchinfer_local import moto_compat
 from batchinfer_local.functions import FunctionSpec, HttpApiEventSpec, ScheduleEventSpec
 from batchinfer_local.http import Route, Router, http_api_event, http_response
 from batchinfer_local.moto_compat import complete_s3_notification
-from batchinfer_local.runtime import LocalLambdaContext, failed_message_ids, sqs_event
+from batchinfer_local.runtime import (
+    LocalLambdaContext,
+    failed_message_ids,
+    failed_sequence,
+    sqs_event,
+    stream_record,
+)
 from batchinfer_local.template import TemplateError
 
 IDS = ["m1", "m2"]
@@ -278,3 +286,118 @@ def test_s3_notification_gets_the_fields_moto_omits() -> None:
         '{"Records": [{"eventSource": "aws:sqs"}]}',
     ):
         assert complete_s3_notification(other) == other
+
+
+STREAM_RECORDS = [{"dynamodb": {"SequenceNumber": n}} for n in ("101", "102", "103")]
+
+
+@pytest.mark.parametrize(
+    ("result", "first"),
+    [
+        (None, None),
+        ({}, None),
+        ({"batchItemFailures": []}, None),
+        ({"batchItemFailures": [{"itemIdentifier": "102"}]}, 1),
+        ({"batchItemFailures": [{"itemIdentifier": "103"}, {"itemIdentifier": "102"}]}, 1),  # the lowest
+        ({"batchItemFailures": [{"itemIdentifier": "999"}]}, 0),
+        ({"batchItemFailures": [{"itemIdentifier": None}]}, 0),
+        ({"batchItemFailures": "102"}, 0),
+        ("ok", 0),
+    ],
+)
+def test_stream_partial_batch_response_rules(result: Any, first: int | None) -> None:
+    assert failed_sequence(result, STREAM_RECORDS) == first
+
+
+def test_stream_record_is_the_lambda_dynamodb_event_record() -> None:
+    record = {
+        "eventID": "e1",
+        "eventName": "MODIFY",
+        "eventVersion": "1.0",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": datetime(2026, 12, 1, tzinfo=UTC),
+            "Keys": {"PK": {"S": "BATCH#b"}, "SK": {"S": "META"}},
+            "SequenceNumber": "101",
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+    }
+    assert stream_record(record, "arn:stream", "eu-west-1") == {
+        "eventID": "e1",
+        "eventName": "MODIFY",
+        "eventVersion": "1.0",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "eu-west-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1796083200,  # 2026-12-01T00:00:00Z
+            "Keys": {"PK": {"S": "BATCH#b"}, "SK": {"S": "META"}},
+            "SequenceNumber": "101",
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+        "eventSourceARN": "arn:stream",
+    }
+
+
+def test_moto_forgets_read_iterators_and_records_every_reader_has_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import boto3
+    from moto import mock_aws
+    from moto.dynamodbstreams.models import dynamodbstreams_backends
+
+    from batchinfer_local.moto_compat import trim_read_stream_records
+
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        table = dynamodb.create_table(
+            TableName="t",
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )["TableDescription"]
+        streams, arn = boto3.client("dynamodbstreams", region_name="us-east-1"), table["LatestStreamArn"]
+        (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+
+        def iterator() -> str:
+            return streams.get_shard_iterator(
+                StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+
+        trim_read_stream_records()
+        try:
+            for key in "ab":
+                dynamodb.put_item(TableName="t", Item={"k": {"S": key}})
+            fast, slow = iterator(), iterator()
+            read = streams.get_records(ShardIterator=fast)
+            assert [r["dynamodb"]["Keys"]["k"]["S"] for r in read["Records"]] == ["a", "b"]
+            assert fast not in dynamodbstreams_backends["123456789012"]["us-east-1"].shard_iterators  # used
+            # The slow reader has read nothing yet: it still gets both records
+            late = streams.get_records(ShardIterator=slow)
+            assert [r["dynamodb"]["Keys"]["k"]["S"] for r in late["Records"]] == ["a", "b"]
+            dynamodb.put_item(TableName="t", Item={"k": {"S": "c"}})
+            # Both passed a and b: they are gone; each reader goes on with c
+            assert [
+                r["dynamodb"]["Keys"]["k"]["S"]
+                for r in streams.get_records(ShardIterator=iterator())["Records"]
+            ] == ["c"]
+            nxt = streams.get_records(ShardIterator=read["NextShardIterator"])
+            assert [r["dynamodb"]["Keys"]["k"]["S"] for r in nxt["Records"]] == ["c"]
+            # A reader that gave its iterator up (after a failed poll) stops keeping records once the
+            # iterator expires unused
+            abandoned = nxt["NextShardIterator"]
+            dynamodb.put_item(TableName="t", Item={"k": {"S": "d"}})
+            backend = dynamodbstreams_backends["123456789012"]["us-east-1"]
+            shard_items = backend.shard_iterators[abandoned].stream_shard.items
+            kept = len(shard_items)
+            now = time.monotonic()
+            later = now + moto_compat.ITERATOR_TTL_S + 1
+            streams.get_records(ShardIterator=iterator())  # sees `abandoned` for the first time
+            assert abandoned in backend.shard_iterators and len(shard_items) == kept
+            monkeypatch.setattr(moto_compat.time, "monotonic", lambda: later)
+            fresh = streams.get_records(ShardIterator=iterator())
+            assert abandoned not in backend.shard_iterators
+            assert len(shard_items) == 0 and fresh["Records"][-1]["dynamodb"]["Keys"]["k"]["S"] == "d"
+        finally:
+            trim_read_stream_records(False)

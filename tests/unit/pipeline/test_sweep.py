@@ -18,7 +18,7 @@ AT = 1_900_000_000
 STUCK = 900  # stuck_after_seconds
 WAIT = 4 * 86400  # shard_wait_seconds
 LONG_AGO = AT - 10 * STUCK
-NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
+NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
 
 
 class Fake:
@@ -101,7 +101,7 @@ def test_an_overdue_batch_begins_its_expiry_and_is_sent_to_the_aggregator(
 ) -> None:
     # Due this very second, and busy (progress just now): expiry does not wait for a quiet batch
     fake = Fake(monkeypatch, [header(S.IN_PROGRESS, expires_at=AT, **RUNNING, progress_at=AT)])
-    assert sweep.sweep() == {**NO_ACTIONS, "expired": 1}
+    assert sweep.sweep() == {**NO_ACTIONS, "expired": 1, "past_window": 1}
     # Not sealed: the workers commit what they finish; the aggregator seals once they did (issue 17)
     assert fake.transitions == [("batch_1", S.FINALIZING, BatchChanges(final_status=S.EXPIRED), AT)]
     assert fake.sent == [("finalize", {"batch_id": "batch_1"})]
@@ -115,7 +115,7 @@ def test_an_expiry_that_lost_its_condition_sends_nothing(monkeypatch: pytest.Mon
         {"batch_1": [shard(1)]},
         transition_ok=False,
     )
-    assert sweep.sweep() == NO_ACTIONS
+    assert sweep.sweep() == {**NO_ACTIONS, "past_window": 1}
     assert (len(fake.transitions), fake.sent, fake.redrives) == (1, [], {("batch_1", 1): 0})
 
 
@@ -162,7 +162,8 @@ def test_a_quiet_batch_gets_its_lost_message_again(
     monkeypatch: pytest.MonkeyPatch, batch: BatchHeader, queue: str, action: str
 ) -> None:
     fake = Fake(monkeypatch, [batch])
-    assert sweep.sweep() == {**NO_ACTIONS, action: 1}
+    overdue = batch.expires_at < AT  # the "-overdue" cases: counted for BatchesPastWindowAlarm
+    assert sweep.sweep() == {**NO_ACTIONS, action: 1, "past_window": int(overdue)}
     assert (fake.sent, fake.transitions) == ([(queue, {"batch_id": "batch_1"})], [])
 
 
@@ -239,7 +240,7 @@ def test_one_pass_acts_on_every_open_batch(monkeypatch: pytest.MonkeyPatch) -> N
         )
     ]
     fake = Fake(monkeypatch, batches, {"batch_2": [shard(0)]})
-    assert sweep.sweep() == {**NO_ACTIONS, "prepare": 2, "expired": 1, "shards": 1}
+    assert sweep.sweep() == {**NO_ACTIONS, "prepare": 2, "expired": 1, "shards": 1, "past_window": 1}
     assert fake.sent == [
         ("prepare", {"batch_id": "batch_0"}),
         ("finalize", {"batch_id": "batch_1"}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
@@ -79,9 +80,19 @@ def _batch_id(account_id: str) -> str:
     return ids.idempotent_batch_id(account_id, key)
 
 
-@router.post("/v1/batches", responses=documented(None, 403, 404, 429, links=links.BATCH))
-def create_batch(request: CreateBatchRequest) -> Batch:
-    """Create a batch from an uploaded file (OpenAI) or from s3:// / cos:// paths (TokenHub)."""
+CREATE_RESPONSES = {
+    **documented(None, 403, 404, 429, links=links.BATCH),
+    202: {
+        "description": "Accepted: a TokenHub-dialect create (s3:// or cos:// input or output)",
+        "content": {"application/json": {"model": Batch}},
+    },
+}
+
+
+@router.post("/v1/batches", responses=CREATE_RESPONSES)
+def create_batch(request: CreateBatchRequest) -> Response[Batch]:
+    """Create a batch from an uploaded file (OpenAI: HTTP 200) or from s3:// / cos:// paths (TokenHub:
+    HTTP 202, as the TokenHub document's create answers). The body is the Batch object either way."""
     try:
         window_hours(request.completion_window)
     except ValueError as error:
@@ -127,7 +138,10 @@ def create_batch(request: CreateBatchRequest) -> Batch:
         raise TooManyRequests(
             error.reached + remedy, code=error.code, retry_after=error.retry_after
         ) from None
-    return batch_view(item)
+    tokenhub_dialect = request.input_source != "file" or plan.output_target != "file"
+    return Response(
+        status_code=202 if tokenhub_dialect else 200, content_type="application/json", body=batch_view(item)
+    )
 
 
 @router.get("/v1/batches/<batch_id>", responses=documented(None, 404, links=links.BATCH_RESULTS))

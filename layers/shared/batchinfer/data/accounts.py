@@ -13,9 +13,11 @@ The counters are written inside the transactions of `batches` (`count_active`, `
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 from typing import Any
+from urllib.parse import urlsplit
 
 from boto3.dynamodb.conditions import Key
 from pydantic import BaseModel, Field
@@ -257,6 +259,37 @@ def configure_account(
             ExpressionAttributeValues=values,
         )
     return get_account(account_id, table=table)
+
+
+def set_webhook(account_id: str, url: str | None, *, table: Table | None = None) -> str | None:
+    """Register `url` as the account's webhook endpoint with a new signing secret, and return the
+    secret (shown once: `batchinfer accounts set --webhook-url`); `url` None removes both (returns None).
+
+    The secret is Standard Webhooks' `whsec_` + base64 of 32 random bytes
+    (https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md). It is
+    stored in the account's settings item, unlike API keys: signing needs the secret itself, not a
+    hash; the table is encrypted at rest and only WebhookFunction reads it (Secrets Manager would cost
+    a secret per account and a call per delivery for no stronger isolation than the table's).
+    Raises ValueError unless `url` is an absolute http(s) URL with a host.
+    """
+    ensure_account(account_id, table=table)
+    if url is None:
+        handle(table).update_item(
+            Key=keys.account(account_id), UpdateExpression="REMOVE webhook_url, webhook_secret"
+        )
+        return None
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"webhook URL must be an absolute http(s) URL, got {url!r}")
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    expression, names, values = assignments({"webhook_url": url, "webhook_secret": secret})
+    handle(table).update_item(
+        Key=keys.account(account_id),
+        UpdateExpression=f"SET {expression}",
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=values,
+    )
+    return secret
 
 
 # ---- counters -------------------------------------------------------------------------------------

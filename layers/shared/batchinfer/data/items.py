@@ -291,6 +291,10 @@ class Account(Item):
     max_active_batches: int | None = Field(None, ge=1)
     max_creates_per_minute: int | None = Field(None, ge=1)
     max_infer_in_flight: int | None = Field(None, ge=1, description="`/v2` requests at once")
+    webhook_url: str | None = Field(None, description="where batch webhooks go (`accounts.set_webhook`)")
+    webhook_secret: str | None = Field(
+        None, description="the Standard Webhooks signing secret, `whsec_` + base64 (never logged)", repr=False
+    )
     created_at: int | None = Field(None, description="None: the account has no settings item")
 
     def allows(self, bucket_ref: str) -> bool:

@@ -13,6 +13,7 @@ under it; requests that never ran become error lines with `batch_cancelled` / `b
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 
@@ -128,13 +129,17 @@ class _LineCounter:
 
 
 def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tuple[str | None, int]:
-    """Stream one result file and record it; (file id or None when it has no lines, line count)."""
-    counter = _LineCounter(chunks)
+    """Stream one result file and record it; (file id, line count), or (None, 0) when it would have no
+    lines: then no object is written (OpenAI leaves `error_file_id` null, and writes no error file,
+    when no request failed)."""
+    chunks = iter(chunks)
+    first = next((chunk for chunk in chunks if chunk), b"")
+    if not first:
+        return None, 0
+    counter = _LineCounter(itertools.chain([first], chunks))
     bucket, key = header.output_bucket, f"{header.output_prefix}{kind}.jsonl"
     where = header.output_where
     size = s3.upload_stream(bucket, key, iter(counter), where=where)
-    if not counter.lines:
-        return None, 0
     file_id = ids.result_file_id(header.id, kind)
     record = FileRecord(
         id=file_id,

@@ -25,10 +25,11 @@ from batchinfer.wire.status import BatchStatus
 
 
 def sweep() -> dict[str, int]:
-    """One pass over the open batches. Returns counts of actions taken, by kind."""
+    """One pass over the open batches. Returns counts of actions taken, by kind, and `past_window`: the
+    open batches found past their `expires_at` (any status; BatchesPastWindowAlarm watches it)."""
     settings = get_settings()
     at = now()
-    actions = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0}
+    actions = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
     batches.backfill_open_index()
     for header in batches.open_headers():
         batch_id, status = header.id, header.status
@@ -43,6 +44,7 @@ def sweep() -> dict[str, int]:
             )
         )
         quiet = at - last >= settings.stuck_after_seconds
+        actions["past_window"] += at >= header.expires_at
         if status == BatchStatus.IN_PROGRESS and at >= header.expires_at:
             # The workers stop within one progress interval; the aggregator seals once they committed.
             if batches.begin_expiry(batch_id, at=at):

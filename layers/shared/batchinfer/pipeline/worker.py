@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from batchinfer.backends import chaos as backend_chaos
@@ -29,7 +30,7 @@ from batchinfer.backends.base import BackendError, ChatBackend, RequestNotStarte
 from batchinfer.backends.http import closing
 from batchinfer.backends.limiter import AdaptiveLimiter
 from batchinfer.core import chaos, ids
-from batchinfer.core.observability import logger
+from batchinfer.core.observability import logger, metrics
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
 from batchinfer.data.items import BatchHeader, LiveProgress, ResultPart, Shard
@@ -337,11 +338,18 @@ class _Timed:
         started = time.monotonic()
         try:
             answer = await self.backend.chat_completion(body)
-        except BackendError:
+        except BackendError as error:
             self.latency.observe(time.monotonic() - started)
+            if error.status_code in OVERLOADED:
+                metrics.add_metric(name="BackendRefusals", unit=MetricUnit.Count, value=1)
             raise
         self.latency.observe(time.monotonic() - started)
+        metrics.add_metric(name="BackendLatency", unit=MetricUnit.Milliseconds, value=_ms(started))
         return answer
+
+
+def _ms(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 1)
 
 
 # How often the deadline of the requests in flight is looked at (seconds).
@@ -755,6 +763,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
             shards.release(batch_id, shard_no, owner=owner)  # nobody need wait for this lease
             return "conflict"
         link.committed(counts, part.end)
+        _count_commit(counts)
         chaos.crash_point("crash_after_commit")
         start = part.end
         if link.ending is not None or time_left_ms() < settings.time_reserve_ms:
@@ -766,9 +775,24 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     if start < size:
         shards.release(batch_id, shard_no, owner=owner, continuation=True)
         sqs.send(settings.shards_queue_url, [message])
+        metrics.add_metric(name="Continuations", unit=MetricUnit.Count, value=1)
         return "continued"
     _finalize_if_last(batch_id)
     return "done"
+
+
+def _count_commit(counts: dict[str, int]) -> None:
+    """Metrics of one committed part (counted once: only the commit that won its condition)."""
+    for name, key in _COMMIT_METRICS:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=counts.get(key, 0))
+
+
+_COMMIT_METRICS = (
+    ("RequestsCompleted", "completed"),
+    ("RequestsFailed", "failed"),
+    ("InputTokens", "input_tokens"),
+    ("OutputTokens", "output_tokens"),
+)
 
 
 def _end_early(batch_id: str, ending: Ending) -> None:
@@ -809,5 +833,6 @@ def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     if not shards.commit(batch_id, shard.shard, part, size=size, **counts):  # the commit ends the lease
         shards.release(batch_id, shard.shard, owner=owner)
         return False
+    _count_commit(counts)
     _finalize_if_last(batch_id)
     return True
