@@ -4,8 +4,8 @@ A shard message may arrive twice (SQS is at-least-once), concurrently or after t
 One message at a time holds the shard's lease (`shards.claim`), renewed while it works
 (`LeaseHeartbeat`); results go to a deterministic key with one PUT; `shards.commit` counts them in
 one transaction guarded by the shard's owner and `next_index`, so repeated work never counts twice.
-Near the Lambda time limit the worker stops
-launching requests, commits what finished and enqueues a continuation for the rest.
+Near the Lambda time limit the worker stops launching requests, commits what finished and enqueues a
+continuation for the rest.
 """
 
 from __future__ import annotations
@@ -694,12 +694,8 @@ class LeaseHeartbeat:
     """
 
     def __init__(self, batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> None:
-        self.batch_id, self.shard_no, self.owner, self.lease_seconds = (
-            batch_id,
-            shard_no,
-            owner,
-            lease_seconds,
-        )
+        self.batch_id, self.shard_no = batch_id, shard_no
+        self.owner, self.lease_seconds = owner, lease_seconds
         self.interval = lease_seconds / 3
         self._renewed_at = time.monotonic()  # the claim
         self._stop, self._lost = threading.Event(), threading.Event()
