@@ -19,6 +19,23 @@ source never reads one twice) and the records every reader has read (the ones be
 outstanding iterator's position). An iterator nobody used for `ITERATOR_TTL_S` expires (AWS: 15
 minutes; shorter here, since a local reader asks four times a second): a reader that gave one up after
 a failed poll (it starts again after its last delivered record) no longer keeps every later record.
+
+moto 5.2.5's SQS ReceiveMessage (moto/sqs/models.py `SQSBackend.receive_message`) hands out the
+visible messages of a queue in the order they were sent and looks at `MessageGroupId` only on FIFO
+queues. On AWS, a standard queue whose messages carry a `MessageGroupId` is a fair queue: once a
+tenant (message group) takes a disproportionate share of the messages in flight or of the consumers'
+time, the messages of the quiet tenants are received first, so one tenant's backlog does not raise
+the others' dwell time. Sources:
+https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-fair-queues.html and
+https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-fair-queues-detailed.html.
+Locally the shards queue would keep one account's 50 queued shards ahead of another's 2.
+`deliver_fairly` orders a standard queue's visible messages the way a fair queue prefers them: the
+groups with the fewest messages in flight first, then the oldest message. AWS prefers the quiet
+tenants only once it has found a noisy one (approximately: over 10% of the messages in flight and 30
+of its own, or over 10% of the consumers' recent processing time); the local rule prefers them at
+once, since the local stack's few consumers never put 30 messages in flight. A message without a
+group is a tenant of its own (AWS's rule). Only the order changes:
+moto's visibility timeout, receive counts and redrive to the DLQ are untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from typing import Any
 from urllib.parse import quote_plus, unquote_plus
 
@@ -119,3 +137,44 @@ def trim_read_stream_records(enabled: bool = True) -> None:
 
     get_records._original = original  # type: ignore[attr-defined]
     DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
+
+
+def deliver_fairly(enabled: bool = True) -> None:
+    """While `enabled`, make moto's standard queues hand out their visible messages as a fair queue
+    does (see the module docstring); `False` restores moto's own order.
+
+    The k-th visible message (0-based, in send order) of group g is ranked by in-flight(g) + k: the
+    number of g's messages in flight once the earlier ones were received, so a receive of up to 10
+    messages shares them out among the groups; equal ranks go to the older message. FIFO queues keep
+    moto's order.
+    """
+    from moto.sqs.models import Queue
+
+    current = Queue.__dict__["messages"]
+    original = getattr(current.fget, "_original", None)
+    if not enabled:
+        if original is not None:
+            Queue.messages = property(original)  # type: ignore[method-assign,assignment]
+        return
+    if original is not None:
+        return
+    original = current.fget
+
+    def messages(self: Queue) -> list[Any]:
+        visible = original(self)
+        if self.fifo_queue or not any(m.group_id is not None for m in visible):
+            return visible
+        in_flight = Counter(m.group_id for m in list(self.pending_messages) if not m.visible)
+        earlier: Counter[str] = Counter()
+        ranks = []
+        for message in visible:
+            if message.group_id is None:
+                ranks.append(0)  # a tenant of its own
+                continue
+            ranks.append(in_flight[message.group_id] + earlier[message.group_id])
+            earlier[message.group_id] += 1
+        order = sorted(range(len(visible)), key=ranks.__getitem__)  # stable: older first on equal ranks
+        return [visible[i] for i in order]
+
+    messages._original = original  # type: ignore[attr-defined]
+    Queue.messages = property(messages)  # type: ignore[method-assign,assignment]

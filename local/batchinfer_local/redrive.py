@@ -13,14 +13,19 @@ from typing import Any
 def redrive(sqs: Any, dlq_url: str, target_url: str, *, limit: int | None = None) -> int:
     """Move up to `limit` (default: all) messages from `dlq_url` to `target_url`; returns how many.
 
-    Each message is sent (body and message attributes kept) before it is deleted from the DLQ, so a
+    Each message is sent (body, message attributes and `MessageGroupId`, the fair queue's tenant,
+    kept) before it is deleted from the DLQ, so a
     failure halfway leaves a message in both queues, never in neither.
     """
     moved = 0
     while limit is None or moved < limit:
         wanted = 10 if limit is None else min(10, limit - moved)
         batch = sqs.receive_message(
-            QueueUrl=dlq_url, MaxNumberOfMessages=wanted, WaitTimeSeconds=0, MessageAttributeNames=["All"]
+            QueueUrl=dlq_url,
+            MaxNumberOfMessages=wanted,
+            WaitTimeSeconds=0,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["MessageGroupId"],
         ).get("Messages", [])
         if not batch:
             break
@@ -29,6 +34,11 @@ def redrive(sqs: Any, dlq_url: str, target_url: str, *, limit: int | None = None
                 "Id": str(i),
                 "MessageBody": m["Body"],
                 **({"MessageAttributes": m["MessageAttributes"]} if m.get("MessageAttributes") else {}),
+                **(
+                    {"MessageGroupId": group}
+                    if (group := m.get("Attributes", {}).get("MessageGroupId"))
+                    else {}
+                ),
             }
             for i, m in enumerate(batch)
         ]

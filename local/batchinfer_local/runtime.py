@@ -362,7 +362,12 @@ class SqsEventSource(threading.Thread):
         # Chaos mode: SQS is at-least-once; deliver some messages again (`duplicate_delivery`).
         for message in messages:
             if self._duplicates.roll():
-                self._admin_sqs.send_message(QueueUrl=self.queue_url, MessageBody=message["Body"])
+                group = message.get("Attributes", {}).get("MessageGroupId")
+                self._admin_sqs.send_message(
+                    QueueUrl=self.queue_url,
+                    MessageBody=message["Body"],
+                    **({"MessageGroupId": group} if group else {}),
+                )
         retry = [mid for mid in ids if mid in failed]
         for chunk in _chunks(retry, 10):
             self._admin_sqs.change_message_visibility_batch(

@@ -42,7 +42,7 @@ from .functions import (
 )
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
-from .moto_compat import complete_s3_notification, trim_read_stream_records
+from .moto_compat import complete_s3_notification, deliver_fairly, trim_read_stream_records
 from .resources import Resources, create_resources
 from .runtime import Activity, DynamoDbStreamSource, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
@@ -407,6 +407,7 @@ class LocalStack:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
         trim_read_stream_records()
+        deliver_fairly()
         self._auth_saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count)
         moto_auth.install()
         # The AWS managed policies SAM attaches (AWSLambdaBasicExecutionRole, ...), loaded by moto.
@@ -441,6 +442,7 @@ class LocalStack:
             self._auth_saved = None
             moto_auth.uninstall()
             trim_read_stream_records(False)  # moto's own streams again for in-process mock_aws tests
+            deliver_fairly(False)
 
     def _make_client(self, credentials: iam.Credentials, service: str) -> Any:
         # One session for every client: it loads each service model once.

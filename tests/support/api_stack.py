@@ -50,6 +50,7 @@ def jsonl(*lines: str) -> bytes:
 
 class HoldableUpstream:
     """An OpenAI-compatible `/v1/chat/completions` server: prompts containing `HOLD` wait for `release()`,
+    prompts containing `GATE` each wait for one of the passes `admit(n)` hands out (or `release()`),
     prompts containing `FAIL` get a 400 error.
 
     `arrivals` lists the prompts in the order they arrived; `held` is set once a HOLD prompt arrived.
@@ -60,6 +61,7 @@ class HoldableUpstream:
         self.arrivals: list[str] = []
         self.held = threading.Event()
         self._release = threading.Event()
+        self._passes = threading.Semaphore(0)
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,6 +74,11 @@ class HoldableUpstream:
                 if "HOLD" in prompt:
                     upstream.held.set()
                     upstream._release.wait(timeout=60)
+                if "GATE" in prompt:
+                    deadline = time.monotonic() + 60
+                    while not upstream._release.is_set() and time.monotonic() < deadline:
+                        if upstream._passes.acquire(timeout=0.05):
+                            break
                 if "FAIL" in prompt:
                     self._send(
                         400,
@@ -124,14 +131,19 @@ class HoldableUpstream:
         return f"http://{host}:{port}/v1"
 
     def release(self) -> None:
-        """Let held requests (and later HOLD prompts) answer."""
+        """Let held requests (and later HOLD and GATE prompts) answer."""
         self._release.set()
+
+    def admit(self, n: int) -> None:
+        """Let `n` GATE prompts answer (waiting ones first, then the next to arrive)."""
+        self._passes.release(n)
 
     def rearm(self) -> None:
         """Hold HOLD prompts again (after a `release`), with a fresh `arrivals` log."""
         self.arrivals.clear()
         self.held.clear()
         self._release.clear()
+        self._passes = threading.Semaphore(0)
 
     def __enter__(self) -> HoldableUpstream:
         self._thread.start()

@@ -49,13 +49,21 @@ class Aws:
 
     def messages(self, queue: str) -> list[dict[str, Any]]:
         """Receive (and delete) every visible message of a queue; bodies parsed as JSON."""
+        return [body for _, body in self.grouped(queue)]
+
+    def grouped(self, queue: str) -> list[tuple[str | None, dict[str, Any]]]:
+        """Like `messages`: (MessageGroupId or None, body) of each message."""
         sqs, url = boto3.client("sqs"), self.resources.queue_urls[queue]
-        bodies = []
-        while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        received = []
+        while batch := sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["MessageGroupId"]
+        ).get("Messages", []):
             for message in batch:
-                bodies.append(json.loads(message["Body"]))
+                received.append(
+                    (message.get("Attributes", {}).get("MessageGroupId"), json.loads(message["Body"]))
+                )
                 sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        return bodies
+        return received
 
 
 def sqs_event(bodies: list[Any], queue: str = "Queue") -> dict[str, Any]:

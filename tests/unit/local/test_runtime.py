@@ -401,3 +401,66 @@ def test_moto_forgets_read_iterators_and_records_every_reader_has_read(
             assert len(shard_items) == 0 and fresh["Records"][-1]["dynamodb"]["Keys"]["k"]["S"] == "d"
         finally:
             trim_read_stream_records(False)
+
+
+def test_moto_hands_out_a_standard_queues_messages_as_a_fair_queue_does() -> None:
+    import boto3
+    from moto import mock_aws
+
+    from batchinfer_local.moto_compat import deliver_fairly
+
+    def send(sqs: Any, url: str, group: str | None, body: str) -> None:
+        sqs.send_message(QueueUrl=url, MessageBody=body, **({"MessageGroupId": group} if group else {}))
+
+    def receive(sqs: Any, url: str, n: int) -> list[Any]:
+        return sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=n, MessageSystemAttributeNames=["All"], VisibilityTimeout=60
+        ).get("Messages", [])
+
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        url = sqs.create_queue(
+            QueueName="q",
+            Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})},
+        )["QueueUrl"]
+        deliver_fairly()
+        try:
+            # Given A's 5 messages sent first, then B's 2 and one without a group
+            for n in range(5):
+                send(sqs, url, "A", f"a{n}")
+            send(sqs, url, "B", "b0")
+            send(sqs, url, "B", "b1")
+            send(sqs, url, None, "x")
+            # One at a time, held in flight: the group with the fewest in flight first, then the oldest
+            first = [receive(sqs, url, 1)[0] for _ in range(4)]
+            assert [m["Body"] for m in first] == ["a0", "b0", "x", "a1"]
+            assert [m["Attributes"].get("MessageGroupId") for m in first] == ["A", "B", None, "A"]
+            # A has 2 in flight, B 1: a receive of several shares them out (b1, then A's older ones)
+            rest = receive(sqs, url, 10)
+            assert [m["Body"] for m in rest] == ["b1", "a2", "a3", "a4"]
+            # Once A's messages in flight are deleted, A is the quiet group: its newer message goes first
+            for message in [*first, *rest]:
+                if message["Body"] != "b1":
+                    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            send(sqs, url, "B", "b2")
+            send(sqs, url, "A", "a5")
+            assert [m["Body"] for m in receive(sqs, url, 10)] == ["a5", "b2"]
+            # Visibility timeouts, receive counts and the redrive to the DLQ are moto's: a message
+            # received twice (maxReceiveCount) goes to the DLQ on the next receive
+            send(sqs, url, "C", "c0")
+            for count in ("1", "2"):
+                [message] = sqs.receive_message(
+                    QueueUrl=url, MessageSystemAttributeNames=["All"], VisibilityTimeout=0
+                )["Messages"]
+                assert (message["Body"], message["Attributes"]["ApproximateReceiveCount"]) == ("c0", count)
+            assert sqs.receive_message(QueueUrl=url, VisibilityTimeout=0).get("Messages", []) == []
+            [dead] = sqs.receive_message(QueueUrl=dlq, MessageSystemAttributeNames=["MessageGroupId"])[
+                "Messages"
+            ]
+            assert (dead["Body"], dead["Attributes"]["MessageGroupId"]) == ("c0", "C")
+        finally:
+            deliver_fairly(False)

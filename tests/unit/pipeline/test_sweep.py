@@ -62,7 +62,8 @@ class Fake:
             self.redrives[batch_id, shard_no] += 1
             return self.redrives[batch_id, shard_no]
 
-        def send(queue_url: str, messages: list[Any]) -> None:
+        def send(queue_url: str, messages: list[Any], *, group_id: str) -> None:
+            assert group_id == "acct"  # the batch's account: the fair queue's tenant
             self.sent += [(queue_url, m.model_dump()) for m in messages]
 
         def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:

@@ -181,5 +181,9 @@ def cancel_batch(batch_id: BatchId) -> Batch:
             code="batch_not_cancellable",
         )
     # The aggregator seals the batch, turns the unrun requests into `batch_cancelled` lines and ends it.
-    sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+    sqs.send(
+        get_settings().finalize_queue_url,
+        [sqs.BatchMessage(batch_id=batch_id)],
+        group_id=cancelled.account_id,
+    )
     return batch_view(cancelled)

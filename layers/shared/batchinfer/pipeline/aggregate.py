@@ -210,7 +210,10 @@ def finalize_batch(batch_id: str) -> str:
     if ending and header.in_progress_at and settle(header) and now() < settle_deadline(header):
         # Workers still finish their requests in flight: look again shortly (`cancelling` lasts).
         sqs.send(
-            settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)], delay_seconds=WAIT_SECONDS
+            settings.finalize_queue_url,
+            [sqs.BatchMessage(batch_id=batch_id)],
+            group_id=header.account_id,
+            delay_seconds=WAIT_SECONDS,
         )
         return "waiting"
     sealed = _seal(header)

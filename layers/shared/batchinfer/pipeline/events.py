@@ -110,7 +110,7 @@ def publish(change: StatusChange) -> None:
         )
     message, queue = webhook_message(change), get_settings().webhook_queue_url
     if message is not None and queue:
-        sqs.send(queue, [message])
+        sqs.send(queue, [message], group_id=message.account_id)
     _count(change)
 
 

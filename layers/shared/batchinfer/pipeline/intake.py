@@ -95,7 +95,9 @@ def create_batch(
     assert stored is not None
     if stored.status == BatchStatus.VALIDATING:
         # Also on a repeated create: the first attempt may have died before sending (prepare is idempotent).
-        sqs.send(settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+        sqs.send(
+            settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)], group_id=stored.account_id
+        )
     return stored
 
 

@@ -73,7 +73,7 @@ def prepare_batch(batch_id: str) -> str:
             for s in shards.query(batch_id)
             if s.state == "pending"
         ]
-        sqs.send(settings.shards_queue_url, pending)
+        sqs.send(settings.shards_queue_url, pending, group_id=header.account_id)
         return "resent"
     if header.status != BatchStatus.VALIDATING:
         return "skipped"
@@ -132,5 +132,6 @@ def prepare_batch(batch_id: str) -> str:
     )
     if started is None:
         return "skipped"  # cancelled meanwhile, or another prepare got there first
-    sqs.send(settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=s.shard) for s in written])
+    messages = [sqs.ShardMessage(batch_id=batch_id, shard=s.shard) for s in written]
+    sqs.send(settings.shards_queue_url, messages, group_id=header.account_id)
     return "in_progress"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, shards, sqs
+from batchinfer.data.items import BatchHeader
 from batchinfer.data.table import now
 from batchinfer.pipeline import worker
 from batchinfer.wire.status import BatchStatus
@@ -50,14 +51,14 @@ def sweep() -> dict[str, int]:
         if status == BatchStatus.IN_PROGRESS and at >= header.expires_at:
             # The workers stop within one progress interval; the aggregator seals once they committed.
             if batches.begin_expiry(batch_id, at=at):
-                sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+                _ask(settings.finalize_queue_url, header)
                 actions["expired"] += 1
         elif status == BatchStatus.VALIDATING and quiet:
-            sqs.send(settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+            _ask(settings.prepare_queue_url, header)
             actions["prepare"] += 1
         elif status == BatchStatus.IN_PROGRESS and quiet:
             if header.shards_done >= header.shards_total:
-                sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+                _ask(settings.finalize_queue_url, header)
                 actions["finalize"] += 1
                 continue
             found = list(shards.query(batch_id))
@@ -76,11 +77,15 @@ def sweep() -> dict[str, int]:
                     )
                     actions["failed_shards"] += 1
                 else:
-                    sqs.send(
-                        settings.shards_queue_url, [sqs.ShardMessage(batch_id=batch_id, shard=shard.shard)]
-                    )
+                    message = sqs.ShardMessage(batch_id=batch_id, shard=shard.shard)
+                    sqs.send(settings.shards_queue_url, [message], group_id=header.account_id)
                     actions["shards"] += 1
         elif status in (BatchStatus.FINALIZING, BatchStatus.CANCELLING) and quiet:
-            sqs.send(settings.finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+            _ask(settings.finalize_queue_url, header)
             actions["finalize"] += 1
     return actions
+
+
+def _ask(queue_url: str, header: BatchHeader) -> None:
+    """Send `{"batch_id": ...}` of `header`'s batch to a stage's queue, in its account's message group."""
+    sqs.send(queue_url, [sqs.BatchMessage(batch_id=header.id)], group_id=header.account_id)

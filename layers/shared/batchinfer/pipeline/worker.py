@@ -788,7 +788,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         return "stopped"
     ending = ending_of(header, now())
     if ending is not None:  # past expires_at, before the sweeper saw it
-        _end_early(batch_id, ending)
+        _end_early(header, ending)
         return "stopped"
     lease_seconds = settings.shard_lease_seconds
     shard = shards.claim(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
@@ -881,13 +881,13 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
         return "lost"
     if start < size and link.ending is not None:
         shards.release(batch_id, shard_no, owner=owner)
-        _end_early(batch_id, link.ending)
+        _end_early(header, link.ending)
         return "stopped"
     if start < size:
         # Sent only while this message still held the shard: else its new holder has a message.
         if not shards.release(batch_id, shard_no, owner=owner, continuation=True):
             return "lost"
-        sqs.send(settings.shards_queue_url, [message])
+        sqs.send(settings.shards_queue_url, [message], group_id=header.account_id)
         metrics.add_metric(name="Continuations", unit=MetricUnit.Count, value=1)
         return "continued"
     _finalize_if_last(batch_id)
@@ -908,18 +908,26 @@ _COMMIT_METRICS = (
 )
 
 
-def _end_early(batch_id: str, ending: Ending) -> None:
+def _end_early(header: BatchHeader, ending: Ending) -> None:
     """After a worker stopped for `ending`: an expiry it found itself (`expires_at` passed) is begun
     here (`batches.begin_expiry`) and handed to the aggregator; a cancel was handed over by the API."""
-    if ending.status == BatchStatus.EXPIRED and batches.begin_expiry(batch_id):
-        sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+    if ending.status == BatchStatus.EXPIRED and batches.begin_expiry(header.id):
+        sqs.send(
+            get_settings().finalize_queue_url,
+            [sqs.BatchMessage(batch_id=header.id)],
+            group_id=header.account_id,
+        )
 
 
 def _finalize_if_last(batch_id: str) -> None:
     """After a shard is done: the commit that completed the last shard asks for aggregation."""
     after = batches.get(batch_id)
     if after and after.shards_done >= after.shards_total:
-        sqs.send(get_settings().finalize_queue_url, [sqs.BatchMessage(batch_id=batch_id)])
+        sqs.send(
+            get_settings().finalize_queue_url,
+            [sqs.BatchMessage(batch_id=batch_id)],
+            group_id=after.account_id,
+        )
 
 
 # The lease owner of the sweeper's claims (`fail_shard`): not a worker.
