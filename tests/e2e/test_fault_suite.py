@@ -26,14 +26,12 @@ LINES = 24
 # A cancelled batch is larger: a fast machine answers 24 two-token requests between two GETs, and the
 # cancel then finds the batch ended (409). What never ran ends at once, so the size costs little.
 CANCEL_LINES = 96
-# Short leases and stuck timers so crashed work is picked up again within seconds. The lease still
-# outlives a shard's run (on AWS it is the invocation's remaining time + 60 s): the shards run at once,
-# and a worker whose lease expired under it would share its shard with the next holder, their result
-# parts overwriting each other.
-# (20 s was too short here: with six workers loading the model at once on this loaded machine, a shard's
-# first window took longer, a second holder asked the model again, and one of the answers was lost.)
+# Short leases and stuck timers so crashed work is picked up again within seconds: a worker renews its
+# 6 s lease every 2 s while it works (`worker.LeaseHeartbeat`), however long a shard's first window
+# takes with six workers loading the model at once, and a crashed worker's shard is free 6 s after its
+# last beat.
 FAST_RECOVERY = {
-    "SHARD_LEASE_SECONDS": "45",
+    "SHARD_LEASE_SECONDS": "6",
     "STUCK_AFTER_SECONDS": "3",
     "CHECKPOINT_SECONDS": "0.2",
     # Giving up on a shard has its own test; here every line must get its real answer.

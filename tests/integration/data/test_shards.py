@@ -116,6 +116,43 @@ def test_a_continuation_hands_its_attempt_back(running: str) -> None:
     assert shards.claim(running, 0, owner="w2", lease_seconds=60).attempts == 1
 
 
+def test_renew_extends_only_the_holders_live_lease(running: str) -> None:
+    claimed_until = stored(running, 0)["lease_until"]
+    at = now()
+    assert shards.renew(running, 0, owner="w1", lease_seconds=90) is True
+    assert at + 90 <= stored(running, 0)["lease_until"] <= now() + 90 and claimed_until <= at + 60
+    assert shards.renew(running, 0, owner="w2", lease_seconds=600) is False  # not the holder: unchanged
+    assert stored(running, 0)["lease_until"] <= now() + 90
+    assert shards.renew("missing", 0, owner="w1", lease_seconds=90) is False
+    # A lease given up is never revived by a late beat
+    assert shards.release(running, 0, owner="w1") is True
+    assert shards.renew(running, 0, owner="w1", lease_seconds=90) is False
+    assert "lease_until" not in stored(running, 0)
+
+
+def test_renew_of_a_done_shard_is_refused(running: str) -> None:
+    assert shards.commit(running, 0, owner="w1", part=part(0, 5), size=5, keep_lease=True, **COUNTS) is True
+    until = stored(running, 0)["lease_until"]
+    assert shards.renew(running, 0, owner="w1", lease_seconds=600) is False
+    assert stored(running, 0)["lease_until"] == until
+
+
+def test_a_commit_by_a_holder_whose_lease_was_taken_is_refused(running: str) -> None:
+    # Given w1's lease taken over by w2 (it ran out while w1 was paused)
+    aws.table().update_item(
+        Key=keys.shard(running, 0),
+        UpdateExpression="SET lease_until = :past",
+        ExpressionAttributeValues={":past": now() - 1},
+    )
+    assert shards.claim(running, 0, owner="w2", lease_seconds=60) is not None
+    shard, header = shards.get(running, 0), batches.get(running)
+    # Then w1's commit of the same start is refused, nothing written; w2's goes through
+    assert shards.commit(running, 0, owner="w1", part=part(0, 2), size=5, **COUNTS) is False
+    assert shards.get(running, 0) == shard and batches.get(running) == header
+    assert shards.commit(running, 0, owner="w2", part=part(0, 2), size=5, **COUNTS) is True
+    assert shards.get(running, 0).next_index == 2
+
+
 def test_bump_redrives_counts_from_one(moto_aws: Aws) -> None:
     shards.put("b", new_shard())
     assert shards.get("b", 0).redrives is None
@@ -136,7 +173,7 @@ def test_a_claim_receives_the_queued_message_and_a_continuation_queues_one(runni
 
 def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
     lease = stored(running, 0)["lease_until"]
-    assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, **COUNTS) is True
+    assert shards.commit(running, 0, owner="w1", part=part(0, 2), size=5, keep_lease=True, **COUNTS) is True
     shard = shards.get(running, 0)
     assert (shard.state, shard.next_index, shard.parts, shard.completed, shard.failed, shard.lease_until) == (
         "pending",
@@ -157,10 +194,10 @@ def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
     )  # claimed at lease - 60
 
     # The same work again (a redelivered message): refused, nothing written.
-    assert shards.commit(running, 0, part(0, 2), size=5, **COUNTS) is False
+    assert shards.commit(running, 0, owner="w1", part=part(0, 2), size=5, **COUNTS) is False
     assert shards.get(running, 0) == shard and batches.get(running) == header
 
-    assert shards.commit(running, 0, part(2, 5), size=5, **COUNTS) is True
+    assert shards.commit(running, 0, owner="w1", part=part(2, 5), size=5, **COUNTS) is True
     done = shards.get(running, 0)
     assert (done.state, done.next_index, done.parts, done.completed, done.lease_until) == (
         "done",
@@ -178,19 +215,19 @@ def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
     }
     header = batches.get(running)
     assert (header.request_counts.completed, header.usage.total_tokens, header.shards_done) == (2, 28, 1)
-    assert shards.commit(running, 0, part(5, 5), size=5, **COUNTS) is False  # done
+    assert shards.commit(running, 0, owner="w1", part=part(5, 5), size=5, **COUNTS) is False  # done
 
 
 def test_commit_into_a_sealed_batch_is_refused(running: str) -> None:
     batches.update(running, BatchChanges(sealed=True, final_status=BatchStatus.CANCELLED))
-    assert shards.commit(running, 0, part(0, 2), size=5, **COUNTS) is False
+    assert shards.commit(running, 0, owner="w1", part=part(0, 2), size=5, **COUNTS) is False
     assert shards.get(running, 0).next_index == 0
     assert batches.get(running).request_counts.completed == 0
 
 
 def test_commit_retries_conflicts_and_counts_once(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = intercept_transactions(monkeypatch, "conflict", "conflict", "conflict")
-    assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is True
+    assert shards.commit(running, 0, owner="w1", part=part(0, 5), size=5, **COUNTS) is True
     assert len(seen.calls) == 4 and len(seen.waits) == 3
     assert batches.get(running).request_counts.completed == 1
     assert shards.get(running, 0).parts == [part(0, 5)]
@@ -199,18 +236,18 @@ def test_commit_retries_conflicts_and_counts_once(running: str, monkeypatch: pyt
 def test_commit_raises_conflicts_that_persist(running: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = intercept_transactions(monkeypatch, *["conflict"] * CONFLICT_ATTEMPTS)
     with pytest.raises(TransactionConflict):  # the invocation fails and SQS redelivers: never "counted"
-        shards.commit(running, 0, part(0, 5), size=5, **COUNTS)
+        shards.commit(running, 0, owner="w1", part=part(0, 5), size=5, **COUNTS)
     assert len(seen.calls) == CONFLICT_ATTEMPTS
     assert shards.get(running, 0).next_index == 0 and batches.get(running).request_counts.completed == 0
     # The redelivered message's commit goes through.
-    assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is True
+    assert shards.commit(running, 0, owner="w1", part=part(0, 5), size=5, **COUNTS) is True
 
 
 def test_a_failed_condition_is_an_answer_even_with_a_conflict(
     running: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen = intercept_transactions(monkeypatch, ["ConditionalCheckFailed", "TransactionConflict"])
-    assert shards.commit(running, 0, part(0, 5), size=5, **COUNTS) is False
+    assert shards.commit(running, 0, owner="w1", part=part(0, 5), size=5, **COUNTS) is False
     assert len(seen.calls) == 1 and seen.waits == []
 
 
@@ -241,7 +278,7 @@ def test_publish_answers_a_cancel(running: str) -> None:
 
 def test_commit_moves_the_live_counts_into_the_committed_ones(running: str) -> None:
     batches.publish_progress(running, 0, live(completed=1, failed=1, input_tokens=10, output_tokens=4))
-    assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, **COUNTS)
+    assert shards.commit(running, 0, owner="w1", part=part(0, 2), size=5, keep_lease=True, **COUNTS)
     header = batches.get(running)
     assert header.live == {}
     assert header.shown_counts()[0].model_dump() == {"total": 5, "completed": 1, "failed": 1}
@@ -250,19 +287,23 @@ def test_commit_moves_the_live_counts_into_the_committed_ones(running: str) -> N
 def test_commit_keeps_what_was_published_beyond_its_counts(running: str) -> None:
     # A crashed worker had published 3 answers of [0, ...); its successor commits 2 of them so far.
     rest = live(2, completed=1, input_tokens=5)
-    assert shards.commit(running, 0, part(0, 2), size=5, keep_lease=True, live_rest=rest, **COUNTS)
+    assert shards.commit(
+        running, 0, owner="w1", part=part(0, 2), size=5, keep_lease=True, live_rest=rest, **COUNTS
+    )
     header = batches.get(running)
     assert header.live == {"0": rest}
     assert header.shown_counts()[0].model_dump() == {"total": 5, "completed": 2, "failed": 1}
     # The shard's last commit removes it whatever is left.
-    assert shards.commit(running, 0, part(2, 5), size=5, live_rest=live(5, completed=9), **COUNTS)
+    assert shards.commit(
+        running, 0, owner="w1", part=part(2, 5), size=5, live_rest=live(5, completed=9), **COUNTS
+    )
     assert batches.get(running).live == {}
 
 
 def test_a_refused_commit_leaves_the_live_counts(running: str) -> None:
     batches.publish_progress(running, 0, live(completed=2))
     assert batches.update(running, BatchChanges(sealed=True))
-    assert not shards.commit(running, 0, part(0, 2), size=5, **COUNTS)
+    assert not shards.commit(running, 0, owner="w1", part=part(0, 2), size=5, **COUNTS)
     assert batches.get(running).live == {"0": live(completed=2)}
 
 

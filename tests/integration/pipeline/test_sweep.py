@@ -60,7 +60,10 @@ def test_a_running_batch_past_its_window_begins_its_expiry(
     assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
     # A shard's worker still commits what it finished (issue 17): the aggregator seals after
     part = ResultPart(key="k", start=0, end=2, output_bytes=0, bytes=0)
-    assert shards.commit(batch_id, 0, part, size=2, completed=2, failed=0, input_tokens=0, output_tokens=0)
+    assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
+    assert shards.commit(
+        batch_id, 0, part, owner="worker", size=2, completed=2, failed=0, input_tokens=0, output_tokens=0
+    )
     header = batches.get(batch_id)
     assert (header.request_counts.completed, header.shards_done) == (2, 1)
     # The next pass leaves it to the aggregator; once quiet (its message lost), it sends it again

@@ -66,8 +66,11 @@ class Settings(BaseSettings):
     max_finalize_attempts: int = Field(
         5, ge=1, description="aggregator runs that could not write the result files before the batch fails"
     )
-    # A shard lease lasts the invocation's remaining time + 60 s unless set (short in chaos tests).
-    shard_lease_seconds: int | None = Field(None, ge=1)
+    # A shard's lease (issue 12): its worker renews it every third of it while it works
+    # (`worker.LeaseHeartbeat`), so a crashed worker's shard is free again at most this long after its
+    # last beat. 90 s: two renewals in a row may fail (throttling, a 5xx) before it runs out, and a
+    # crashed worker's shard is taken well inside a cancel's seal deadline (`aggregate.settle_deadline`).
+    shard_lease_seconds: int = Field(90, ge=1)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.
     stuck_after_seconds: int = Field(900, ge=1)
     # A shard message not received in this long is gone: the shards queue keeps messages 4 days

@@ -1,8 +1,10 @@
 """Shards (`items.Shard`, keys in `keys`): written once by prepare, leased and committed by the workers.
 
 A shard message may arrive twice, concurrently or after the shard is done: `claim` leases a shard
-to one message at a time, and `commit` counts a run of its requests in one transaction with the
-batch header, guarded by the shard's `next_index`, so repeated work is never counted twice.
+to one message at a time, its holder `renew`s the short lease while it works (a heartbeat), and
+`commit` counts a run of its requests in one transaction with the batch header, guarded by the
+shard's owner and `next_index`, so repeated work is never counted twice and a holder that lost its
+lease counts nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
     the attempt; the message waiting for it has arrived (`queued_at` removed).
 
     Returns the shard as leased, or None when it is done or leased by a live owner (a lease is live
-    until the second `lease_until` has passed).
+    until the second `lease_until` has passed; its holder renews it, `renew`).
     """
     at = now()
     result = conditional(
@@ -70,6 +72,30 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
         ReturnValues="ALL_NEW",
     )
     return None if result is None else Shard.model_validate(result["Attributes"])
+
+
+def renew(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> bool:
+    """Extend `owner`'s lease of a pending shard to `lease_seconds` from now (one heartbeat: a
+    conditional UpdateItem, 1 WRU). Returns False when `owner` no longer holds it (another message
+    claimed it, or `owner` released it or committed its end: a lease given up is never revived).
+    Other errors (throttling, 5xx) are raised: the caller tries again at its next beat.
+    """
+    return (
+        conditional(
+            handle().update_item,
+            Key=keys.shard(batch_id, shard_no),
+            UpdateExpression="SET lease_until = :until",
+            ConditionExpression="#state = :pending AND lease_owner = :owner "
+            "AND attribute_exists(lease_until)",
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues={
+                ":until": now() + lease_seconds,
+                ":pending": "pending",
+                ":owner": owner,
+            },
+        )
+        is not None
+    )
 
 
 def release(batch_id: str, shard_no: int, *, owner: str, continuation: bool = False) -> bool:
@@ -114,6 +140,7 @@ def commit(
     shard_no: int,
     part: ResultPart,
     *,
+    owner: str,
     size: int,
     completed: int,
     failed: int,
@@ -125,11 +152,14 @@ def commit(
     """Record requests `[part.start, part.end)` of a shard of `size` requests as done, with their counts
     in the batch header, in one transaction.
 
-    The shard's condition (`state = pending AND next_index = part.start`) makes a repeated commit of the
-    same work fail, so a redelivered message never counts twice; the header's condition (not sealed)
+    The shard's condition (`state = pending AND lease_owner = owner AND next_index = part.start`) makes
+    a repeated commit of the same work fail, so a redelivered message never counts twice, and refuses
+    a holder whose lease another message took over (its results are the new holder's to count); the
+    header's condition (not sealed)
     keeps a batch that is being finalized from changing under the aggregator. `keep_lease` keeps the
     caller's lease (a checkpoint: it goes on with the shard). Returns False when a condition failed
-    (nothing was written: the work is counted already, or the batch is sealed). The same transaction
+    (nothing was written: the work is counted already, the lease is another's, or the batch is
+    sealed). The same transaction
     moves the shard's live progress into the committed counts: it removes the header's
     `live.<shard_no>`, or sets it to `live_rest` (what the worker had published beyond these counts,
     still shown until its redo is committed). A transaction
@@ -145,7 +175,7 @@ def commit(
             "completed = completed + :c, failed = failed + :f, updated_at = :now"
             + ("" if keep_lease else " REMOVE lease_until")
         ),
-        "ConditionExpression": "#state = :pending AND next_index = :start",
+        "ConditionExpression": "#state = :pending AND lease_owner = :owner AND next_index = :start",
         "ExpressionAttributeNames": {"#state": "state"},
         "ExpressionAttributeValues": {
             ":end": part.end,
@@ -156,6 +186,7 @@ def commit(
             ":now": at,
             ":pending": "pending",
             ":start": part.start,
+            ":owner": owner,
         },
     }
     header_update = {

@@ -3,12 +3,14 @@
 Runs when the last shard is done (-> `completed`), when a cancel was asked (-> `cancelled`) or when
 the batch is past `expires_at` (-> `expired`). A cancelled or expiring batch is ended only once no
 live lease holds a shard (its workers stop launching requests within one progress interval, let
-those at the model finish within the grace and commit; `settle`), or once `settle_deadline` passed:
-until then it stays `cancelling` (or `finalizing`) and the aggregator looks again every
-`WAIT_SECONDS`. Then it seals the header (`sealed`), so no late shard commit can change the counts
-under it; requests that never ran become error lines with `batch_cancelled` / `batch_expired`
-(`worker.ENDINGS`). Safe to run twice or to crash halfway: outputs go to fixed keys
-(overwritten), file records are overwritten, and the final status write is conditional.
+those at the model finish within the grace and commit; `settle`; a lease is live while its worker
+renews it, so a crashed worker's lease holds its shard at most `shard_lease_seconds` after its last
+beat), or once `settle_deadline` passed: until then it stays `cancelling` (or `finalizing`) and the
+aggregator looks again every `WAIT_SECONDS`. Then it seals the header (`sealed`), so no late shard
+commit can change the counts under it; requests that never ran become error lines with
+`batch_cancelled` / `batch_expired` (`worker.ENDINGS`). Safe to run twice or to crash halfway:
+outputs go to fixed keys (overwritten), file records are overwritten, and the final status write is
+conditional.
 """
 
 from __future__ import annotations
@@ -67,12 +69,16 @@ def settle(header: BatchHeader) -> set[int]:
     for shard in shards.query(header.id):
         if shard.state != "pending":
             continue
-        claimed = shards.claim(header.id, shard.shard, owner=owner, lease_seconds=60)
+        claimed = shards.claim(
+            header.id, shard.shard, owner=owner, lease_seconds=get_settings().shard_lease_seconds
+        )
         if claimed is None:
             leased.add(shard.shard)
             continue
         found = worker.recover_part(header.id, shard.shard, claimed.next_index)
-        if found and shards.commit(header.id, shard.shard, found[0], size=claimed.size, **found[1]):
+        if found and shards.commit(
+            header.id, shard.shard, found[0], owner=owner, size=claimed.size, **found[1]
+        ):
             continue  # the commit removed the lease
         shards.release(header.id, shard.shard, owner=owner)
     return leased

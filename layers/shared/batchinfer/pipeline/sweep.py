@@ -3,7 +3,9 @@
 For every open batch: past `expires_at` -> begin its expiry (`batches.begin_expiry`) and ask the
 aggregator to end it;
 a lost prepare, shard or finalize message (no progress for `stuck_after` seconds) -> send it again.
-A shard is lost only when nobody works on it (no live lease) and no message for it waits in the
+A shard is lost only when nobody works on it (no live lease: its worker renews the lease every
+third of `shard_lease_seconds` while it works, so a lease is live only if renewed within one lease,
+and a crashed worker's shard is free one lease after its last beat) and no message for it waits in the
 queue (`Shard.waiting`: sent, not claimed since, younger than `shard_wait_seconds`): a backlog delays
 a batch, it never fails one. Every re-sent message is safe to receive twice.
 
@@ -61,7 +63,7 @@ def sweep() -> dict[str, int]:
                 continue
             found = list(shards.query(batch_id))
             if any((s.lease_until or 0) >= at for s in found if s.state == "pending"):
-                continue  # a worker holds a live lease: slow, not stuck (its shard's commit is still to come)
+                continue  # a worker renewed its lease within one lease: slow, not stuck
             for shard in found:
                 if shard.state != "pending" or shard.waiting(at, settings.shard_wait_seconds):
                     continue  # done, or its message waits in the queue (a backlog is not a failure)

@@ -1,10 +1,11 @@
 """The shard worker: run a shard's requests on the model backend and commit them exactly once.
 
 A shard message may arrive twice (SQS is at-least-once), concurrently or after the shard is done.
-One message at a time holds the shard's lease (`shards.claim`); results go to a deterministic
-key with one PUT; `shards.commit` counts them in one transaction guarded by the shard's
-`next_index`, so repeated work never counts twice. Near the Lambda time limit the worker stops
-launching requests, commits what finished and enqueues a continuation for the rest.
+One message at a time holds the shard's lease (`shards.claim`), renewed while it works
+(`LeaseHeartbeat`); results go to a deterministic key with one PUT; `shards.commit` counts them in
+one transaction guarded by the shard's owner and `next_index`, so repeated work never counts twice.
+Near the Lambda time limit the worker stops launching requests, commits what finished and enqueues a
+continuation for the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gc
 import itertools
 import json
 import random
+import threading
 import time
 import weakref
 from collections import deque
@@ -418,6 +420,7 @@ async def run_window(
     progress_seconds: float = 1.0,
     grace_seconds: float = 0.0,
     deadline_ms: Callable[[], int] | None = None,
+    lost: Callable[[], bool] | None = None,
 ) -> Window:
     """Run requests, launched in input order, at most `concurrency` in flight.
 
@@ -441,6 +444,10 @@ async def run_window(
     `grace_seconds` (never past `reserve_ms` before the deadline) before they are cut off (the
     ending's `cut` outcome). The publish in flight is awaited before returning, so it never lands
     after the caller's commit.
+
+    Once `lost()` (the shard's lease was taken over: `LeaseHeartbeat.lost`), nothing more is launched
+    and the requests in flight are dropped (their answers would not be committed): the window returns
+    within `DEADLINE_CHECK_S`.
     """
     limiter, latency = limiter_for(backend, concurrency), latency_for(backend)
     deadline = deadline_ms or time_left_ms
@@ -450,8 +457,11 @@ async def run_window(
     def budget_s() -> float:
         return (deadline() - reserve_ms) / 1000
 
+    def lease_lost() -> bool:
+        return lost is not None and lost()
+
     def out_of_time() -> bool:
-        return bool(endings) or time_left_ms() < reserve_ms or budget_s() < latency.estimate()
+        return bool(endings) or lease_lost() or time_left_ms() < reserve_ms or budget_s() < latency.estimate()
 
     outcomes: list[Outcome | None] = [None] * len(requests)
     finished = dict.fromkeys(_COUNTS, 0)
@@ -486,7 +496,7 @@ async def run_window(
 
     async def guard() -> None:
         withdrawn = False
-        while (left := budget_s()) > 0:
+        while (left := budget_s()) > 0 and not lease_lost():
             if not withdrawn and left < latency.estimate() and isinstance(backend, Withdrawable):
                 withdrawn = True
                 backend.withdraw_waiting()
@@ -670,13 +680,96 @@ def _write_part(
     return part
 
 
+class LeaseHeartbeat:
+    """Renews `owner`'s lease of a shard (`shards.renew`) every third of `lease_seconds` while the
+    worker works (issue 12), from a thread started on entering the context and stopped on leaving it
+    (however the worker leaves it: a crash stops the beats, and the shard is free one lease after the
+    last one). A renewal that finds another owner sets `lost` and ends the beats; one that fails
+    otherwise (throttling, a 5xx, a timeout) is tried again at the next beat and is not a loss.
+
+    A thread, not a task of the window's event loop, so the lease is kept between windows too (model
+    load, result PUTs, commits). Hand-written: the lease is two attributes of the shard item, written
+    in the same conditions as its state; lock libraries for DynamoDB (e.g. `python-dynamodb-lock`)
+    keep a lock item of their own.
+    """
+
+    def __init__(self, batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> None:
+        self.batch_id, self.shard_no = batch_id, shard_no
+        self.owner, self.lease_seconds = owner, lease_seconds
+        self.interval = lease_seconds / 3
+        self._renewed_at = time.monotonic()  # the claim
+        self._stop, self._lost = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{shard_no}", daemon=True)
+
+    def __enter__(self) -> LeaseHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """No more beats (before a commit or release that gives the lease up); waits for one in flight."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    @property
+    def lost(self) -> bool:
+        """True once a renewal found that another message holds the shard."""
+        return self._lost.is_set()
+
+    def held(self) -> bool:
+        """Whether the lease is still this worker's, checked before it writes a result key: True when
+        the last renewal is under two beats old (the lease lasts a beat longer at least), else after a
+        renewal now succeeds (the worker was paused past its beats). False when it was lost."""
+        if self.lost:
+            return False
+        if time.monotonic() - self._renewed_at < 2 * self.interval:
+            return True
+        return self._renew()
+
+    def _renew(self) -> bool:
+        started = time.monotonic()
+        try:
+            renewed = shards.renew(
+                self.batch_id, self.shard_no, owner=self.owner, lease_seconds=self.lease_seconds
+            )
+        except Exception:  # a throttled or failed write: the next beat tries again
+            logger.warning(
+                "shard lease not renewed",
+                exc_info=True,
+                extra={"batch_id": self.batch_id, "shard": self.shard_no},
+            )
+            return True
+        if renewed:
+            self._renewed_at = started
+            return True
+        self._lost.set()
+        logger.warning(
+            "shard lease lost to another message", extra={"batch_id": self.batch_id, "shard": self.shard_no}
+        )
+        return False
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self._renew():
+                return
+
+
 def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callable[[], int]) -> str:
     """Run (the rest of) one shard. Returns what happened, for logs and tests:
 
     `done` (shard finished), `continued` (time ran short: a continuation was enqueued), `duplicate`
     (done already or leased by another message), `stopped` (batch not running, or it was cancelled or
     expired while this shard ran: what finished is committed), `conflict` (the commit's condition
-    failed: another attempt counted this work).
+    failed: another attempt counted this work, or took the lease), `lost` (another message took the
+    lease while this one worked, e.g. it was paused past it: it stopped launching requests, wrote and
+    committed nothing more, and left the shard to its new holder).
+
+    The lease lasts `shard_lease_seconds` and is renewed every third of it while the worker works
+    (`LeaseHeartbeat`), so a live worker keeps its shard however long it runs, and a crashed one's
+    shard can be claimed one lease after its last beat.
 
     While requests run, the worker publishes its uncommitted progress every `progress_seconds` and
     learns from the same write whether the batch is ending (`ProgressLink`, `run_window`): then it
@@ -697,83 +790,103 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     if ending is not None:  # past expires_at, before the sweeper saw it
         _end_early(header, ending)
         return "stopped"
-    lease_seconds = settings.shard_lease_seconds or time_left_ms() // 1000 + 60
+    lease_seconds = settings.shard_lease_seconds
     shard = shards.claim(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     if shard is None:
         return "duplicate"
     start, size = shard.next_index, shard.size
-    requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))
-    backend = backend_chaos.wrap(
-        for_endpoint(load_registry(settings.model_registry).backend(header.model), header.endpoint)
-    )
-    recover = shard.attempts > 1
     link = ProgressLink(batch_id, shard_no, start, header.live.get(str(shard_no)))
-    while start < size:
-        found = recover_part(batch_id, shard_no, start) if recover else None
-        recover = False
-        if found:
-            part, counts = found
-        elif shard.attempts > settings.max_shard_attempts:
-            data, counts = never_ran(
-                batch_id,
-                requests[start:],
-                "processing_failed",
-                f"The request could not be processed after {settings.max_shard_attempts} attempts.",
-            )
-            part = _write_part(batch_id, shard_no, start, size, data, 0, counts)
-        else:
-            checkpoint_at = time.monotonic() + settings.checkpoint_seconds
-
-            def window_left(checkpoint_at: float = checkpoint_at) -> int:
-                return min(
-                    time_left_ms(), int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms
+    with LeaseHeartbeat(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds) as lease:
+        requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))
+        backend = backend_chaos.wrap(
+            for_endpoint(load_registry(settings.model_registry).backend(header.model), header.endpoint)
+        )
+        recover = shard.attempts > 1
+        while start < size:
+            found = recover_part(batch_id, shard_no, start) if recover else None
+            recover = False
+            if found:
+                part, counts = found
+            elif shard.attempts > settings.max_shard_attempts:
+                data, counts = never_ran(
+                    batch_id,
+                    requests[start:],
+                    "processing_failed",
+                    f"The request could not be processed after {settings.max_shard_attempts} attempts.",
                 )
+                if not lease.held():
+                    break
+                part = _write_part(batch_id, shard_no, start, size, data, 0, counts)
+            else:
+                checkpoint_at = time.monotonic() + settings.checkpoint_seconds
 
-            window = _LOOP.run_until_complete(
-                closing(
-                    run_window(
-                        backend,
-                        requests[start:],
-                        batch_id,
-                        concurrency=concurrency_for(backend, settings.worker_concurrency),
-                        time_left_ms=window_left,
-                        reserve_ms=settings.time_reserve_ms,
-                        link=link,
-                        progress_seconds=settings.progress_seconds,
-                        grace_seconds=settings.cancel_grace_seconds,
-                        deadline_ms=time_left_ms,
+                def window_left(checkpoint_at: float = checkpoint_at) -> int:
+                    return min(
+                        time_left_ms(),
+                        int((checkpoint_at - time.monotonic()) * 1000) + settings.time_reserve_ms,
+                    )
+
+                window = _LOOP.run_until_complete(
+                    closing(
+                        run_window(
+                            backend,
+                            requests[start:],
+                            batch_id,
+                            concurrency=concurrency_for(backend, settings.worker_concurrency),
+                            time_left_ms=window_left,
+                            reserve_ms=settings.time_reserve_ms,
+                            link=link,
+                            progress_seconds=settings.progress_seconds,
+                            grace_seconds=settings.cancel_grace_seconds,
+                            deadline_ms=time_left_ms,
+                            lost=lambda: lease.lost,
+                        )
                     )
                 )
-            )
-            # An ending batch keeps every answer; what never reached the model is not run again.
-            outcomes = window.ended() if window.ending else window.prefix()
-            if not outcomes:
+                # An ending batch keeps every answer; what never reached the model is not run again.
+                outcomes = window.ended() if window.ending else window.prefix()
+                # The result key is the new holder's once the lease is lost: no PUT.
+                if not outcomes or not lease.held():
+                    break
+                data, output_bytes, counts = render(batch_id, outcomes)
+                part = _write_part(
+                    batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts
+                )
+            chaos.crash_point("crash_before_commit")
+            rest = link.rest_after(counts, part.end) if part.end < size else None
+            # An ending batch: the commit gives the lease up, so the aggregator need not wait for it.
+            keep = link.ending is None
+            if not keep or part.end >= size:
+                lease.stop()  # the commit ends the lease: no beat after it
+            if not shards.commit(
+                batch_id, shard_no, part, owner=owner, size=size, keep_lease=keep, live_rest=rest, **counts
+            ):
+                logger.info(
+                    "shard commit condition failed: counted by another attempt, or the lease was taken",
+                    extra={"batch_id": batch_id, "shard": shard_no},
+                )
+                lease.stop()
+                shards.release(batch_id, shard_no, owner=owner)  # nobody need wait for this lease
+                return "conflict"
+            link.committed(counts, part.end)
+            _count_commit(counts)
+            chaos.crash_point("crash_after_commit")
+            start = part.end
+            if link.ending is not None or time_left_ms() < settings.time_reserve_ms:
                 break
-            data, output_bytes, counts = render(batch_id, outcomes)
-            part = _write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
-        chaos.crash_point("crash_before_commit")
-        rest = link.rest_after(counts, part.end) if part.end < size else None
-        # An ending batch: the commit gives the lease up, so the aggregator need not wait for it.
-        keep = link.ending is None
-        if not shards.commit(batch_id, shard_no, part, size=size, keep_lease=keep, live_rest=rest, **counts):
-            logger.info(
-                "shard commit condition failed: counted by another attempt",
-                extra={"batch_id": batch_id, "shard": shard_no},
-            )
-            shards.release(batch_id, shard_no, owner=owner)  # nobody need wait for this lease
-            return "conflict"
-        link.committed(counts, part.end)
-        _count_commit(counts)
-        chaos.crash_point("crash_after_commit")
-        start = part.end
-        if link.ending is not None or time_left_ms() < settings.time_reserve_ms:
-            break
+    if lease.lost:
+        logger.info(
+            "shard lease lost: left to its new holder", extra={"batch_id": batch_id, "shard": shard_no}
+        )
+        return "lost"
     if start < size and link.ending is not None:
         shards.release(batch_id, shard_no, owner=owner)
         _end_early(header, link.ending)
         return "stopped"
     if start < size:
-        shards.release(batch_id, shard_no, owner=owner, continuation=True)
+        # Sent only while this message still held the shard: else its new holder has a message.
+        if not shards.release(batch_id, shard_no, owner=owner, continuation=True):
+            return "lost"
         sqs.send(settings.shards_queue_url, [message], group_id=header.account_id)
         metrics.add_metric(name="Continuations", unit=MetricUnit.Count, value=1)
         return "continued"
@@ -830,7 +943,7 @@ def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     """
     settings = get_settings()
     owner = f"{SWEEPER_OWNER}{batch_id}"
-    claimed = shards.claim(batch_id, shard.shard, owner=owner, lease_seconds=60)
+    claimed = shards.claim(batch_id, shard.shard, owner=owner, lease_seconds=settings.shard_lease_seconds)
     if claimed is None:
         return False
     start, size = claimed.next_index, claimed.size
@@ -838,7 +951,8 @@ def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))[start:]
     data, counts = never_ran(batch_id, requests, "processing_failed", reason)
     part = _write_part(batch_id, shard.shard, start, size, data, 0, counts)
-    if not shards.commit(batch_id, shard.shard, part, size=size, **counts):  # the commit ends the lease
+    # The commit ends the lease (one PUT and one commit: well within it, no heartbeat).
+    if not shards.commit(batch_id, shard.shard, part, owner=owner, size=size, **counts):
         shards.release(batch_id, shard.shard, owner=owner)
         return False
     _count_commit(counts)
