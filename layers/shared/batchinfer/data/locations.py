@@ -155,7 +155,10 @@ class _CosSecretProvider(CredentialProvider):
     def _read(self) -> dict[str, Any]:
         from aws_lambda_powertools.utilities import parameters
 
-        value = parameters.get_secret(self.secret, transform="json", force_fetch=True)
+        # With the deployment's own client (its endpoint, retries and chaos hooks), not Powertools' default
+        # provider, whose client is made once per process.
+        provider = parameters.SecretsProvider(boto3_client=aws.client("secretsmanager"))
+        value = provider.get(self.secret, transform="json", force_fetch=True)
         due = datetime.now(UTC) + timedelta(seconds=COS_SECRET_MAX_AGE_S + _REFRESH_AHEAD_S)
         return {
             "access_key": value["access_key_id"],
