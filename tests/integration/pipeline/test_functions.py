@@ -190,9 +190,12 @@ def test_a_shard_message_delivered_twice_in_a_row_counts_once(
     batch_id = create(moto_aws, LINES, shard_size=5, monkeypatch=monkeypatch)
     [message] = prepare(moto_aws)
     assert moto_aws.invoke("ShardWorkerFunction", sqs_event([message])) == {"batchItemFailures": []}
-    results = s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0))
+    [key] = [part.key for part in shards.get(batch_id, 0).parts]
+    results = s3.get_bytes(moto_aws.bucket, key)
     assert moto_aws.invoke("ShardWorkerFunction", sqs_event([message])) == {"batchItemFailures": []}
-    assert s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) == results
+    assert [part.key for part in shards.get(batch_id, 0).parts] == [key]
+    assert s3.keys_under(moto_aws.bucket, f"batches/{batch_id}/results/") == [key]  # nothing more written
+    assert s3.get_bytes(moto_aws.bucket, key) == results
     assert batches.get(batch_id).request_counts.model_dump() == {"total": 5, "completed": 5, "failed": 0}
     assert len(moto_aws.messages("FinalizeQueue")) == 1
 

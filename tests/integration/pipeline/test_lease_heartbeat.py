@@ -19,10 +19,12 @@ import pytest
 
 from batchinfer.core import aws, chaos
 from batchinfer.data import batches, keys, s3, shards
+from batchinfer.data.sqs import ShardMessage
 from batchinfer.data.table import now
+from batchinfer.pipeline import aggregate, worker
 from support.api_stack import HoldableUpstream
 from support.moto_env import Aws
-from support.pipeline import prepared, run_shard
+from support.pipeline import prepared, result_lines, run_shard
 from support.scripted import SCRIPTED, scripted_model
 
 LEASE = 2  # SHARD_LEASE_SECONDS: beats every 2/3 s
@@ -112,7 +114,7 @@ def test_a_worker_whose_lease_was_taken_stops_and_commits_nothing(
     assert upstream.arrivals == ["HOLD 0"]  # nothing more was launched
     shard = shards.get(batch_id, 0)
     assert (shard.lease_owner, shard.next_index, shard.parts, shard.completed) == ("thief", 0, [], 0)
-    assert s3.head_metadata(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) is None  # the key is the thief's
+    assert s3.keys_under(moto_aws.bucket, f"batches/{batch_id}/results/") == []  # no PUT
     header = batches.get(batch_id)
     assert (header.request_counts.completed, header.shards_done) == (0, 0)
     assert moto_aws.messages("ShardsQueue") == []  # no continuation: the shard is its new holder's
@@ -164,3 +166,54 @@ def test_a_crashed_workers_shard_is_claimable_one_lease_after_its_last_beat(
     assert shards.get(batch_id, 0).lease_until == until
     claimed = shards.claim(batch_id, 0, owner="next", lease_seconds=LEASE)
     assert claimed is not None and (claimed.lease_owner, claimed.attempts) == ("next", 2)
+
+
+def test_a_writer_paused_past_its_lease_never_overwrites_the_new_holders_results(
+    moto_aws: Aws, upstream: HoldableUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch of one shard of four requests, a long lease (no beat during the test)
+    for key, value in {"SHARD_LEASE_SECONDS": "60", "WORKER_CONCURRENCY": "1"}.items():
+        monkeypatch.setenv(key, value)
+    text = "".join(chat_line(f"r{i}", f"Say {i}.") + "\n" for i in range(4))
+    batch_id = prepared(moto_aws, text.encode(), monkeypatch, shard_size=4)
+    put_bytes, seconds = s3.put_bytes, []
+
+    def paused_put(bucket: str, key: str, data: bytes, *args: object, **kwargs: object) -> None:
+        if "/results/" in key and not seconds:
+            # The first writer passed its `held()` check, then paused past its lease: a second message
+            # claims the shard and runs it to its commit before the first one's PUT lands.
+            seconds.append(key)
+            aws.table().update_item(
+                Key=keys.shard(batch_id, 0),
+                UpdateExpression="SET lease_until = :past",
+                ExpressionAttributeValues={":past": now() - 10},
+            )
+            second = worker.process_shard(
+                ShardMessage(batch_id=batch_id, shard=0), owner="second", time_left_ms=lambda: 900_000
+            )
+            assert second == "done"
+        put_bytes(bucket, key, data, *args, **kwargs)
+
+    monkeypatch.setattr(s3, "put_bytes", paused_put)
+    # When the first writer then PUTs its results and tries to commit them
+    assert run_shard(batch_id, 0) == "conflict"
+    # Then only the second writer's results are committed, and the aggregated output is its bytes
+    shard = shards.get(batch_id, 0)
+    assert (shard.state, shard.lease_owner, shard.completed, len(shard.parts)) == ("done", "second", 4, 1)
+    assert aggregate.finalize_batch(batch_id) == "completed"
+    header = batches.get(batch_id)
+    lines = result_lines(header.output_file_id)
+    assert [(line["custom_id"], line["response"]["body"]["id"]) for line in lines] == [
+        ("r0", "chatcmpl-5"),
+        ("r1", "chatcmpl-6"),
+        ("r2", "chatcmpl-7"),
+        ("r3", "chatcmpl-8"),
+    ]
+    assert [line["response"]["body"]["choices"][0]["message"]["content"] for line in lines] == [
+        f"echo: Say {i}." for i in range(4)
+    ]
+    assert header.error_file_id is None
+    assert upstream.arrivals == [f"Say {i}." for i in range(4)] * 2  # the first writer's, then the second's
+    # and the refused writer's key is gone: only the committed one is left
+    assert s3.keys_under(moto_aws.bucket, f"batches/{batch_id}/results/") == [shard.parts[0].key]
+    assert seconds[0] != shard.parts[0].key

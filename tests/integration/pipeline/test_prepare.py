@@ -97,7 +97,7 @@ def test_a_repeated_prepare_of_a_running_batch_resends_only_pending_shards(
     assert prepare.prepare_batch(batch_id) == "in_progress"
     assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(3)]
     # Given shard 1 done by a worker
-    part = ResultPart(key=s3.result_key(batch_id, 1, 0), start=0, end=2, output_bytes=0, bytes=0)
+    part = ResultPart(key=s3.result_key(batch_id, 1, 0, "worker"), start=0, end=2, output_bytes=0, bytes=0)
     assert shards.claim(batch_id, 1, owner="worker", lease_seconds=60) is not None
     assert shards.commit(
         batch_id, 1, part, owner="worker", size=2, completed=2, failed=0, input_tokens=0, output_tokens=0

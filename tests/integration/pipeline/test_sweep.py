@@ -198,7 +198,7 @@ def test_giving_up_on_a_shard_a_worker_just_claimed_writes_nothing(
 
     # Then nothing is written under the worker (its result key is its own) and nothing counted
     assert failed is False
-    assert s3.head_metadata(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) is None
+    assert s3.keys_under(moto_aws.bucket, f"batches/{batch_id}/results/") == []
     after = shards.get(batch_id, 0)
     assert (after.state, after.next_index, after.failed, after.lease_owner) == ("pending", 0, 0, "worker")
 

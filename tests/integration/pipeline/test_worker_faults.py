@@ -111,14 +111,19 @@ def test_dies_after_writing_results_before_recording_them(
     crash(monkeypatch, "crash_before_commit", on_call=1)
     with pytest.raises(BatchProcessingError, match="ChaosCrash"):  # the invocation dies: SQS redelivers
         moto_aws.invoke("ShardWorkerFunction", sqs_event([message]))
-    written = s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0))
+    [uncommitted] = s3.keys_under(moto_aws.bucket, s3.result_prefix(batch_id, 0, 0))
+    written = s3.get_bytes(moto_aws.bucket, uncommitted)
     assert shards.get(batch_id, 0).next_index == 0
     assert len(calls) == 5
 
     header = finish(moto_aws, message)
 
     assert len(calls) == 5  # the written results were committed, not asked for again
-    assert s3.get_bytes(moto_aws.bucket, s3.result_key(batch_id, 0, 0)) == written
+    # copied to the retry's own key and committed there; the crashed writer's key is deleted
+    [part] = shards.get(batch_id, 0).parts
+    assert part.key != uncommitted
+    assert s3.keys_under(moto_aws.bucket, s3.result_prefix(batch_id, 0, 0)) == [part.key]
+    assert s3.get_bytes(moto_aws.bucket, part.key) == written
     assert (header.status, header.request_counts.model_dump()) == (
         "completed",
         {"total": 5, "completed": 5, "failed": 0},

@@ -24,6 +24,12 @@ def new_file_id() -> str:
     return f"file-{secrets.token_hex(12)}"
 
 
+def write_token() -> str:
+    """A fresh token for one write of a shard's results (`data.s3.result_key`) or one claim of a
+    shard by the sweeper or the aggregator: 16 hex chars."""
+    return secrets.token_hex(8)
+
+
 def batch_id_for_object(bucket: str, key: str, version: str) -> str:
     """The batch id of an uploaded object: the same object event always names the same batch."""
     return f"batch_{_digest('s3', bucket, key, version)}"

@@ -1,7 +1,7 @@
 """S3 access that streams: bounded memory whatever the object size.
 
 Keys in the service bucket (DESIGN.md): `files/<file_id>`, `batches/<id>/shards/<n>.jsonl`,
-`batches/<id>/results/<n>.<start>.jsonl`, `batches/<id>/output.jsonl`, `batches/<id>/error.jsonl`.
+`batches/<id>/results/<n>.<start>.<token>.jsonl`, `batches/<id>/output.jsonl`, `batches/<id>/error.jsonl`.
 Objects in user storage (TokenHub paths) take `where` (see `batchinfer.data.locations`): `""` or None is
 AWS S3, `"cos:<region>"` the configured COS endpoint.
 """
@@ -40,9 +40,35 @@ def shard_key(batch_id: str, shard: int) -> str:
     return f"batches/{batch_id}/shards/{shard:05d}.jsonl"
 
 
-def result_key(batch_id: str, shard: int, start: int) -> str:
-    """Results of requests `[start, ...)` of a shard: deterministic, so a retry overwrites."""
-    return f"batches/{batch_id}/results/{shard:05d}.{start:05d}.jsonl"
+def result_prefix(batch_id: str, shard: int, start: int) -> str:
+    """The common start of every result key of requests `[start, ...)` of a shard."""
+    return f"batches/{batch_id}/results/{shard:05d}.{start:05d}."
+
+
+def result_key(batch_id: str, shard: int, start: int, token: str) -> str:
+    """Results of requests `[start, ...)` of a shard as one writer wrote them: `token` is new for each
+    write (`ids.write_token`), so a writer that lost the shard's lease never overwrites the key its
+    new holder commits (issue 12); only the key a commit names (`ResultPart.key`) is ever read."""
+    return f"{result_prefix(batch_id, shard, start)}{token}.jsonl"
+
+
+def keys_under(bucket: str, prefix: str) -> list[str]:
+    """The keys of the service bucket's objects under `prefix`, sorted (one ListObjectsV2 page: up to
+    1,000, far more than the writers of one part)."""
+    found = s3_client(None).list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return sorted(item["Key"] for item in found)
+
+
+def copy(bucket: str, source: str, key: str) -> bool:
+    """Copy an object of the service bucket to `key` (server side, its metadata with it); False when
+    `source` does not exist (any more)."""
+    try:
+        s3_client(None).copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": source})
+    except ClientError as error:
+        if error.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return True
 
 
 def iter_chunks(

@@ -65,7 +65,7 @@ def settle(header: BatchHeader) -> set[int]:
     fails means a live lease (or the shard was just committed: it is looked at again next time).
     """
     leased: set[int] = set()
-    owner = f"{AGGREGATOR_OWNER}{header.id}"
+    owner = f"{AGGREGATOR_OWNER}{header.id}/{ids.write_token()}"  # its own: another run's differs
     for shard in shards.query(header.id):
         if shard.state != "pending":
             continue
@@ -77,10 +77,13 @@ def settle(header: BatchHeader) -> set[int]:
             continue
         found = worker.recover_part(header.id, shard.shard, claimed.next_index)
         if found and shards.commit(
-            header.id, shard.shard, found[0], owner=owner, size=claimed.size, **found[1]
+            header.id, shard.shard, found.part, owner=owner, size=claimed.size, **found.counts
         ):
+            worker.discard(found.source)
             continue  # the commit removed the lease
         shards.release(header.id, shard.shard, owner=owner)
+        if found:
+            worker.discard(found.part.key)
     return leased
 
 

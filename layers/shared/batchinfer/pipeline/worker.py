@@ -2,8 +2,9 @@
 
 A shard message may arrive twice (SQS is at-least-once), concurrently or after the shard is done.
 One message at a time holds the shard's lease (`shards.claim`), renewed while it works
-(`LeaseHeartbeat`); results go to a deterministic key with one PUT; `shards.commit` counts them in
-one transaction guarded by the shard's owner and `next_index`, so repeated work never counts twice.
+(`LeaseHeartbeat`); results go to a key of that write's own with one PUT; `shards.commit` counts
+them and names the key in one transaction guarded by the shard's owner and `next_index`, so repeated
+work never counts twice and only the committed key is ever read (issue 12).
 Near the Lambda time limit the worker stops launching requests, commits what finished and enqueues a
 continuation for the rest.
 """
@@ -645,30 +646,57 @@ def never_ran(
 _COUNTS = ("completed", "failed", "input_tokens", "output_tokens")  # a part's counts, in its S3 metadata
 
 
-def recover_part(batch_id: str, shard_no: int, start: int) -> tuple[ResultPart, dict[str, int]] | None:
-    """Results an earlier attempt wrote for `[start, ...)` of a shard but died before committing, if
-    any: the part and its counts (from the object's metadata, see `_write_part`), ready to commit."""
-    settings = get_settings()
-    key = s3.result_key(batch_id, shard_no, start)
-    meta = s3.head_metadata(settings.bucket_name, key)
-    if meta is None or "end" not in meta:
-        return None
-    counts = {name: int(meta[name.replace("_", "-")]) for name in _COUNTS}
-    part = ResultPart(
-        key=key,
-        start=start,
-        end=int(meta["end"]),
-        output_bytes=int(meta["output-bytes"]),
-        bytes=int(meta["bytes"]),
-    )
-    return part, counts
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """Results an earlier writer put for a part of a shard and never committed, copied to a key of this
+    writer's own (`part.key`): the part, its counts, and the earlier writer's key (`source`: garbage
+    once `part` is committed, `discard`)."""
+
+    part: ResultPart
+    counts: dict[str, int]
+    source: str
+
+
+def recover_part(batch_id: str, shard_no: int, start: int) -> Recovered | None:
+    """Results an earlier attempt wrote for `[start, ...)` of a shard but died (or lost its lease)
+    before committing, if any: the first such object (a ListObjectsV2, a HeadObject for its counts, see
+    `_write_part`) copied to a key of this writer's own, ready to commit.
+
+    Copied, not committed under the earlier writer's key, so each key is only ever committed by its
+    own writer: a refused writer may delete its key (`discard`) without racing a recovery of it."""
+    bucket = get_settings().bucket_name
+    for source in s3.keys_under(bucket, s3.result_prefix(batch_id, shard_no, start)):
+        meta = s3.head_metadata(bucket, source)
+        if meta is None or "end" not in meta:
+            continue
+        key = s3.result_key(batch_id, shard_no, start, ids.write_token())
+        if not s3.copy(bucket, source, key):
+            continue  # its writer deleted it meanwhile
+        counts = {name: int(meta[name.replace("_", "-")]) for name in _COUNTS}
+        part = ResultPart(
+            key=key,
+            start=start,
+            end=int(meta["end"]),
+            output_bytes=int(meta["output-bytes"]),
+            bytes=int(meta["bytes"]),
+        )
+        return Recovered(part, counts, source)
+    return None
+
+
+def discard(key: str) -> None:
+    """Delete a result key no commit names (a refused writer's own, or a recovered part's source).
+    Safe: a key is committed only by the writer that made it, and never after its commit was refused."""
+    s3.delete(get_settings().bucket_name, key)
 
 
 def _write_part(
     batch_id: str, shard_no: int, start: int, end: int, data: bytes, output_bytes: int, counts: dict[str, int]
 ) -> ResultPart:
-    """One PUT of a part's result lines; its counts ride along as object metadata for `recover_part`."""
-    key = s3.result_key(batch_id, shard_no, start)
+    """One PUT of a part's result lines to a key of this write's own (`s3.result_key`: a writer that
+    lost the lease can't overwrite what its new holder commits); its counts ride along as object
+    metadata for `recover_part`."""
+    key = s3.result_key(batch_id, shard_no, start, ids.write_token())
     part = ResultPart(key=key, start=start, end=end, output_bytes=output_bytes, bytes=len(data))
     metadata = {
         "end": str(end),
@@ -806,7 +834,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
             found = recover_part(batch_id, shard_no, start) if recover else None
             recover = False
             if found:
-                part, counts = found
+                part, counts = found.part, found.counts
             elif shard.attempts > settings.max_shard_attempts:
                 data, counts = never_ran(
                     batch_id,
@@ -867,7 +895,10 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
                 )
                 lease.stop()
                 shards.release(batch_id, shard_no, owner=owner)  # nobody need wait for this lease
+                discard(part.key)  # no commit names it
                 return "conflict"
+            if found:
+                discard(found.source)
             link.committed(counts, part.end)
             _count_commit(counts)
             chaos.crash_point("crash_after_commit")
@@ -937,12 +968,13 @@ SWEEPER_OWNER = "sweeper/"
 def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     """Record a shard's unfinished requests as `processing_failed` error lines (its messages keep dying).
 
-    The shard is claimed first, as a worker would, so no worker writes its result key meanwhile (each
-    writer of a key holds the shard's lease: issue 12). Returns False when a live lease holds it or
-    another attempt committed first (nothing written counts; the sweeper looks again later).
+    The shard is claimed first, as a worker would, so no worker runs it meanwhile, and its result key
+    is its own (`_write_part`: a worker paused past its lease can't overwrite it, issue 12). Returns
+    False when a live lease holds it or another attempt committed first (nothing written counts, its
+    key is deleted; the sweeper looks again later).
     """
     settings = get_settings()
-    owner = f"{SWEEPER_OWNER}{batch_id}"
+    owner = f"{SWEEPER_OWNER}{batch_id}/{ids.write_token()}"  # its own: an overlapping sweep's differs
     claimed = shards.claim(batch_id, shard.shard, owner=owner, lease_seconds=settings.shard_lease_seconds)
     if claimed is None:
         return False
@@ -954,6 +986,7 @@ def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
     # The commit ends the lease (one PUT and one commit: well within it, no heartbeat).
     if not shards.commit(batch_id, shard.shard, part, owner=owner, size=size, **counts):
         shards.release(batch_id, shard.shard, owner=owner)
+        discard(part.key)
         return False
     _count_commit(counts)
     _finalize_if_last(batch_id)
