@@ -13,6 +13,8 @@ from batchinfer.core import aws
 from batchinfer.data import inflight, keys
 from support.moto_env import Aws
 
+ACCT = keys.infer_slots("acct")
+
 
 def test_never_more_than_the_limit_hold_slots_at_once(moto_aws: Aws) -> None:
     # Given 12 concurrent takers of an account bounded to 3
@@ -21,7 +23,7 @@ def test_never_more_than_the_limit_hold_slots_at_once(moto_aws: Aws) -> None:
     def take(n: int) -> int | None:
         barrier.wait()
         try:
-            return inflight.acquire("acct", limit=3, owner=f"r{n}", lease_s=30)
+            return inflight.acquire(ACCT, limit=3, owner=f"r{n}", lease_s=30)
         except inflight.NoSlot:
             return None
 
@@ -31,19 +33,19 @@ def test_never_more_than_the_limit_hold_slots_at_once(moto_aws: Aws) -> None:
     # Then exactly 3 won, one per slot number, and the others were told the limit
     assert sorted(s for s in taken if s is not None) == [0, 1, 2]
     with pytest.raises(inflight.NoSlot) as refused:
-        inflight.acquire("acct", limit=3, owner="late", lease_s=30)
+        inflight.acquire(ACCT, limit=3, owner="late", lease_s=30)
     assert refused.value.limit == 3
     # Another account has slots of its own
-    assert inflight.acquire("other", limit=1, owner="o", lease_s=30) == 0
+    assert inflight.acquire(keys.infer_slots("other"), limit=1, owner="o", lease_s=30) == 0
 
 
 def test_a_slot_whose_lease_ended_is_taken_and_its_old_owner_cannot_release_it(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a slot taken by a request that then crashed (never released)
-    assert inflight.acquire("acct", limit=1, owner="crashed", lease_s=10) == 0
+    assert inflight.acquire(ACCT, limit=1, owner="crashed", lease_s=10) == 0
     with pytest.raises(inflight.NoSlot):
-        inflight.acquire("acct", limit=1, owner="waiting", lease_s=10)
+        inflight.acquire(ACCT, limit=1, owner="waiting", lease_s=10)
     stored = aws.table().get_item(Key=keys.infer_slot("acct", 0))["Item"]
     t0 = int(stored["lease_until"]) - 10
     assert stored == {
@@ -58,16 +60,28 @@ def test_a_slot_whose_lease_ended_is_taken_and_its_old_owner_cannot_release_it(
     monkeypatch.setattr(inflight, "now", lambda: t0 + 11)
 
     # Then the next request takes it, and the crashed one's late release deletes nothing
-    assert inflight.acquire("acct", limit=1, owner="next", lease_s=10) == 0
-    assert inflight.release("acct", 0, owner="crashed") is False
+    assert inflight.acquire(ACCT, limit=1, owner="next", lease_s=10) == 0
+    assert inflight.release(ACCT, 0, owner="crashed") is False
     assert aws.table().get_item(Key=keys.infer_slot("acct", 0))["Item"]["owner"] == "next"
-    assert inflight.release("acct", 0, owner="next") is True
+    assert inflight.release(ACCT, 0, owner="next") is True
     assert "Item" not in aws.table().get_item(Key=keys.infer_slot("acct", 0))
 
 
 def test_holding_gives_the_slot_back_whatever_the_block_raised(moto_aws: Aws) -> None:
-    with pytest.raises(RuntimeError), inflight.holding("acct", limit=1, owner="r1", lease_s=30):
+    with pytest.raises(RuntimeError), inflight.holding(ACCT, limit=1, owner="r1", lease_s=30):
         raise RuntimeError("the model failed")
-    with inflight.holding("acct", limit=1, owner="r2", lease_s=30) as slot:
+    with inflight.holding(ACCT, limit=1, owner="r2", lease_s=30) as slot:
         assert slot == 0
     assert "Item" not in aws.table().get_item(Key=keys.infer_slot("acct", 0))
+
+
+def test_shard_slots_are_one_set_per_account_and_model(moto_aws: Aws) -> None:
+    # Given account a's one shard slot on a model whose name extends m's taken
+    assert inflight.acquire(keys.shard_slots("a", "m#x"), limit=1, owner="w1", lease_s=30) == 0
+    # Then a's one slot on m is free, and once taken bounds a's shards on m only
+    assert inflight.acquire(keys.shard_slots("a", "m"), limit=1, owner="w2", lease_s=30) == 0
+    with pytest.raises(inflight.NoSlot):
+        inflight.acquire(keys.shard_slots("a", "m"), limit=1, owner="w3", lease_s=30)
+    assert inflight.acquire(keys.shard_slots("b", "m"), limit=1, owner="w4", lease_s=30) == 0
+    assert inflight.acquire(keys.infer_slots("a"), limit=1, owner="r1", lease_s=30) == 0
+    assert keys.shard_slots("a", "m").key(0) == {"PK": "ACCOUNT#a", "SK": "SHARDS#m#0000"}

@@ -37,6 +37,16 @@ class Settings(BaseSettings):
         description="safety cap on requests in flight per shard worker (its limiter finds the backend's "
         "capacity below it; 512 fits a large GPU server)",
     )
+    max_shard_workers: int = Field(
+        20, ge=2, le=1000, description="shard workers at once (the event source's MaximumConcurrency)"
+    )
+    account_shard_share: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="the fraction of MAX_SHARD_WORKERS one account's shards may run at once on one model "
+        "(issue 12; `account_shard_slots`)",
+    )
     max_requests_per_file: int = Field(50_000, ge=1)
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
     max_line_bytes: int = Field(1024 * 1024, ge=1)
@@ -100,6 +110,14 @@ class Settings(BaseSettings):
     # Secrets Manager secret (name or ARN) holding {"access_key_id", "secret_access_key"} for COS;
     # empty: the default AWS credential chain (local stacks).
     cos_credentials_secret: str = ""
+
+    @property
+    def account_shard_slots(self) -> int | None:
+        """How many shards of one account may run at once on one model: `account_shard_share` of
+        `max_shard_workers`, rounded down, at least 1; None when that is every worker (no bound: the
+        event source's MaximumConcurrency bounds them already, and no slot is taken)."""
+        slots = max(1, int(self.account_shard_share * self.max_shard_workers + 1e-9))
+        return slots if slots < self.max_shard_workers else None
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,9 @@
-"""Per-account bound on `/v2` requests in flight, across every Lambda environment: leased slots.
+"""Bounds across every Lambda environment, as leased slots: an account's `/v2` requests in flight
+(`keys.infer_slots`, infer.app) and an account's shard workers running on one model at once
+(`keys.shard_slots`, pipeline.worker: `AccountShardShare`).
 
-An account bounded to N requests at once has N slot items (`keys.infer_slot`, numbers 0..N-1; an
-item exists once its slot was first taken). A request takes a slot with one conditional write that
+A set of slots (`keys.Slots`) bounded to N at once has N slot items (numbers 0..N-1; an item exists
+once its slot was first taken). A request takes a slot with one conditional write that
 succeeds only if the slot is free (no item) or its lease ended (`lease_until < now`), and gives it
 back with a delete conditional on being its `owner`. So:
 
@@ -14,10 +16,12 @@ back with a delete conditional on being its `owner`. So:
 
 Chosen over a counter (`ADD n :one` with a condition): a counter needs the same lease per request to
 be repaired after a crash, so it would store the leases anyway. Cost: one consistent Query of the
-account's slots (to find the free ones without trying each), one conditional PutItem, one
-conditional DeleteItem per request. DynamoDB's TTL (`ttl`) removes long-expired slots, e.g. the
-numbers above a lowered bound. No library implements leases on DynamoDB's conditions for this
+set's slots (to find the free ones without trying each), one conditional PutItem, one conditional
+DeleteItem per holder (a request, a shard invocation). DynamoDB's TTL (`ttl`) removes long-expired
+slots, e.g. the numbers above a lowered bound. No library implements leases on DynamoDB's conditions for this
 (Powertools' Idempotency locks one key per request, not N per account), hence this module.
+The holder of a slot is a request or an invocation, so the lease is its function's remaining time
+plus a margin: no renewal needed.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from contextlib import contextmanager
 
 from boto3.dynamodb.conditions import Key
 
-from batchinfer.data import keys
-from batchinfer.data.items import InferSlot
+from batchinfer.data.items import Slot
+from batchinfer.data.keys import Slots
 from batchinfer.data.table import Table, conditional, handle, now
 
 # A slot item is kept this long past its lease (DynamoDB TTL deletes within days anyway).
@@ -37,45 +41,42 @@ SLOT_TTL_S = 3600
 
 
 class NoSlot(Exception):
-    """Every one of the account's `limit` slots is leased: the request must wait (HTTP 429)."""
+    """Every one of the `limit` slots is leased: the caller must wait (`/v2`: HTTP 429; a shard: its
+    message comes back later)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"{limit} requests in flight")
+        super().__init__(f"{limit} slots leased")
         self.limit = limit
 
 
-def _leased(account_id: str, table: Table) -> set[int]:
-    """The account's slot numbers whose lease has not ended (consistent read)."""
+def _leased(slots: Slots, table: Table) -> set[int]:
+    """The slot numbers whose lease has not ended (consistent read)."""
     at = now()
     found = table.query(
-        KeyConditionExpression=Key("PK").eq(keys.account_partition(account_id))
-        & Key("SK").begins_with(keys.INFER_SLOT_PREFIX),
+        KeyConditionExpression=Key("PK").eq(slots.partition) & Key("SK").begins_with(slots.prefix),
         ConsistentRead=True,
     )["Items"]
-    return {
-        int(item["SK"].removeprefix(keys.INFER_SLOT_PREFIX))
-        for item in found
-        if int(item.get("lease_until", 0)) >= at
-    }
+    numbers = {slots.number(item["SK"]): int(item.get("lease_until", 0)) for item in found}
+    return {number for number, until in numbers.items() if number is not None and until >= at}
 
 
-def acquire(account_id: str, *, limit: int, owner: str, lease_s: int, table: Table | None = None) -> int:
-    """Take one of the account's `limit` slots for `lease_s` seconds; returns its number (0-based).
+def acquire(slots: Slots, *, limit: int, owner: str, lease_s: int, table: Table | None = None) -> int:
+    """Take one of the `limit` slots of `slots` for `lease_s` seconds; returns its number (0-based).
 
-    `owner` identifies the request (its id). Free slots are tried in random order, so concurrent
-    requests rarely race for the same one; a lost race tries the next. Raises `NoSlot` when all
-    `limit` are leased.
+    `owner` identifies the holder (a request id, a shard invocation). Free slots are tried in random
+    order, so concurrent holders rarely race for the same one; a lost race tries the next. Raises
+    `NoSlot` when all `limit` are leased.
     """
     table = handle(table)
-    free = [slot for slot in range(limit) if slot not in _leased(account_id, table)]
+    free = [slot for slot in range(limit) if slot not in _leased(slots, table)]
     random.shuffle(free)
     for slot in free:
         at = now()
-        item = InferSlot(owner=owner, lease_until=at + lease_s, ttl=at + lease_s + SLOT_TTL_S)
+        item = Slot(owner=owner, lease_until=at + lease_s, ttl=at + lease_s + SLOT_TTL_S)
         if (
             conditional(
                 table.put_item,
-                Item={**keys.infer_slot(account_id, slot), **item.stored()},
+                Item={**slots.key(slot), **item.stored()},
                 ConditionExpression="attribute_not_exists(PK) OR lease_until < :now",
                 ExpressionAttributeValues={":now": at},
             )
@@ -85,13 +86,13 @@ def acquire(account_id: str, *, limit: int, owner: str, lease_s: int, table: Tab
     raise NoSlot(limit)
 
 
-def release(account_id: str, slot: int, *, owner: str, table: Table | None = None) -> bool:
+def release(slots: Slots, slot: int, *, owner: str, table: Table | None = None) -> bool:
     """Give back slot `slot` if `owner` still holds it; True when it was deleted (False: its lease
-    ended and another request took it, or it was released already)."""
+    ended and another holder took it, or it was released already)."""
     return (
         conditional(
             handle(table).delete_item,
-            Key=keys.infer_slot(account_id, slot),
+            Key=slots.key(slot),
             ConditionExpression="#owner = :owner",
             ExpressionAttributeNames={"#owner": "owner"},
             ExpressionAttributeValues={":owner": owner},
@@ -101,11 +102,11 @@ def release(account_id: str, slot: int, *, owner: str, table: Table | None = Non
 
 
 @contextmanager
-def holding(account_id: str, *, limit: int, owner: str, lease_s: int) -> Iterator[int]:
-    """Hold a slot (see `acquire`, which raises `NoSlot`) while the block runs; released after it,
-    whatever the block raised."""
-    slot = acquire(account_id, limit=limit, owner=owner, lease_s=lease_s)
+def holding(slots: Slots, *, limit: int, owner: str, lease_s: int) -> Iterator[int]:
+    """Hold a slot of `slots` (see `acquire`, which raises `NoSlot`) while the block runs; released
+    after it, whatever the block raised."""
+    slot = acquire(slots, limit=limit, owner=owner, lease_s=lease_s)
     try:
         yield slot
     finally:
-        release(account_id, slot, owner=owner)
+        release(slots, slot, owner=owner)

@@ -255,9 +255,10 @@ class UploadPart(Item):
     key: str
 
 
-class InferSlot(Item):
-    """One `/v2` request in flight of an account (`data.inflight`): `owner` holds it until `lease_until`
-    (Unix seconds); `ttl` lets DynamoDB remove it once long expired."""
+class Slot(Item):
+    """One slot of a bounded set (`data.inflight`): a `/v2` request in flight of an account, or a
+    shard worker of an account on a model; `owner` holds it until `lease_until` (Unix seconds); `ttl`
+    lets DynamoDB remove it once long expired."""
 
     owner: str
     lease_until: int

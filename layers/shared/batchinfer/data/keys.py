@@ -21,13 +21,14 @@ sweeper reads the open batches without reading the table (`batches.open_headers`
 | active batches   | `ACCOUNT#<account>` | `LIMITS`        |                     |                       |
 | creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
 | `/v2` slot       | `ACCOUNT#<account>` | `INFER#<0000>`  |                     |                       |
+| shard slot       | `ACCOUNT#<account>` | `SHARDS#<model>#<0000>` |             |                       |
 | upload part      | `UPLOAD#<id>`       | `PART#<part_id>`|                     |                       |
 | open backfill    | `SWEEPER`           | `OPEN_BACKFILL` |                     |                       |
 
 An open batch header also has `OPENPK` = `OPEN`, `OPENSK` = `<batch_id>` (index `OpenBatches`).
 
 Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, upload `UploadRecord`,
-API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`, `/v2` slot `InferSlot`,
+API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`, `/v2` and shard slot `Slot`,
 upload part `UploadPart`, open backfill `OpenBackfill`.
 
 A file expiry marks a result file whose batch set `output_expires_after`: `<at>` (10 digits) is
@@ -40,13 +41,15 @@ Unix second a calendar minute starts at. A batch's shards share its partition, s
 them in shard order. The counters hold `active_batches` (batches counted by
 `batches.create_limited` and not yet terminal) and `creates` plus `ttl` (DynamoDB's time to live
 removes a minute's counter an hour after it). A `/v2` slot is one request in flight of the account
-(`data.inflight`), held until `lease_until`; `ttl` removes it later.
+(`data.inflight`), held until `lease_until`; `ttl` removes it later. A shard slot is one shard worker
+of the account running on `<model>` (`pipeline.worker`, `AccountShardShare`), the same way.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Key = dict[str, str]
@@ -56,6 +59,7 @@ LIMITS = "LIMITS"
 BATCH_PREFIX = "BATCH#"
 SHARD_PREFIX = "SHARD#"
 INFER_SLOT_PREFIX = "INFER#"
+SHARD_SLOT_PREFIX = "SHARDS#"
 PART_PREFIX = "PART#"
 INDEX_ATTRIBUTES = ("PK", "SK", "GSI1PK", "GSI1SK")
 
@@ -123,9 +127,38 @@ def rate_counter(account_id: str, minute: int) -> Key:
     return {"PK": account_partition(account_id), "SK": f"RATE#{minute}"}
 
 
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """A set of numbered slots (`data.inflight`): the items of `partition` whose sort key is `prefix`
+    and a 4-digit slot number."""
+
+    partition: str
+    prefix: str
+
+    def key(self, slot: int) -> Key:
+        """The key of slot number `slot` (0-based)."""
+        return {"PK": self.partition, "SK": f"{self.prefix}{slot:04d}"}
+
+    def number(self, sort_key: str) -> int | None:
+        """The slot number of a sort key under `prefix`, or None when it is another set's (a model
+        whose name extends this one's past a `#`)."""
+        rest = sort_key.removeprefix(self.prefix)
+        return int(rest) if len(rest) == 4 and rest.isdigit() else None
+
+
+def infer_slots(account_id: str) -> Slots:
+    """An account's `/v2` in-flight slots."""
+    return Slots(account_partition(account_id), INFER_SLOT_PREFIX)
+
+
 def infer_slot(account_id: str, slot: int) -> Key:
     """The key of an account's `/v2` in-flight slot number `slot` (0-based)."""
-    return {"PK": account_partition(account_id), "SK": f"{INFER_SLOT_PREFIX}{slot:04d}"}
+    return infer_slots(account_id).key(slot)
+
+
+def shard_slots(account_id: str, model: str) -> Slots:
+    """An account's shard-worker slots on `model` (one per shard running at once)."""
+    return Slots(account_partition(account_id), f"{SHARD_SLOT_PREFIX}{model}#")
 
 
 def upload_part(upload_id: str, part_id: str) -> Key:

@@ -16,6 +16,9 @@ from batchinfer.data import keys
 from batchinfer.data.items import LiveProgress, ResultPart, Shard
 from batchinfer.data.table import conditional, handle, items, now, retry_conflicts, transact
 
+# A pending shard no live lease holds (a lease is live until the second `lease_until` has passed).
+UNLEASED = "#state = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)"
+
 
 def put(batch_id: str, shard: Shard) -> bool:
     """Create a shard item unless it exists: a repeated prepare must not reset a shard that has run.
@@ -60,7 +63,7 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
         Key=keys.shard(batch_id, shard_no),
         UpdateExpression="SET lease_owner = :owner, lease_until = :until, attempts = attempts + :one "
         "REMOVE queued_at",
-        ConditionExpression="#state = :pending AND (attribute_not_exists(lease_until) OR lease_until < :now)",
+        ConditionExpression=UNLEASED,
         ExpressionAttributeNames={"#state": "state"},
         ExpressionAttributeValues={
             ":owner": owner,
@@ -72,6 +75,24 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
         ReturnValues="ALL_NEW",
     )
     return None if result is None else Shard.model_validate(result["Attributes"])
+
+
+def mark_waiting(batch_id: str, shard_no: int, *, at: int) -> bool:
+    """Record that a message for a pending shard that nobody holds waits in the queue again since `at`
+    (Unix seconds: `queued_at`, see `Shard.waiting`), counting nothing (no attempt, no re-drive): its
+    worker found no free slot of the account's share (`pipeline.worker`). False when the shard is done
+    or a live lease holds it (the message is a duplicate: nothing changed)."""
+    return (
+        conditional(
+            handle().update_item,
+            Key=keys.shard(batch_id, shard_no),
+            UpdateExpression="SET queued_at = :now",
+            ConditionExpression=UNLEASED,
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues={":now": at, ":pending": "pending"},
+        )
+        is not None
+    )
 
 
 def renew(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> bool:

@@ -31,7 +31,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from batchinfer.backends import load_registry
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
-from batchinfer.data import accounts, inflight
+from batchinfer.data import accounts, inflight, keys
 from batchinfer.data.items import ApiKey
 from batchinfer.infer.service import infer, model_limits, token_backend
 from batchinfer.wire.bearer import WWW_AUTHENTICATE, bearer_token
@@ -142,7 +142,9 @@ def model_infer(model: str) -> Response:
     body = load_json(_raw_body())
     limit = accounts.get_account(key.account_id).max_infer_in_flight or get_settings().max_infer_in_flight
     try:
-        with inflight.holding(key.account_id, limit=limit, owner=_request_id(), lease_s=_request_lease_s()):
+        with inflight.holding(
+            keys.infer_slots(key.account_id), limit=limit, owner=_request_id(), lease_s=_request_lease_s()
+        ):
             return _json(200, asyncio.run(infer(backend, body, time_limit_s=_time_left_s())))
     except inflight.NoSlot:
         raise InferError(

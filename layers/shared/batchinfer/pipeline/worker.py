@@ -35,7 +35,7 @@ from batchinfer.backends.limiter import AdaptiveLimiter
 from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger, metrics
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, s3, shards, sqs
+from batchinfer.data import batches, inflight, keys, s3, shards, sqs
 from batchinfer.data.items import BatchHeader, LiveProgress, ResultPart, Shard
 from batchinfer.data.table import now
 from batchinfer.infer.service import TokenRequests
@@ -793,7 +793,13 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     expired while this shard ran: what finished is committed), `conflict` (the commit's condition
     failed: another attempt counted this work, or took the lease), `lost` (another message took the
     lease while this one worked, e.g. it was paused past it: it stopped launching requests, wrote and
-    committed nothing more, and left the shard to its new holder).
+    committed nothing more, and left the shard to its new holder), `waiting` (the account's shards
+    hold every slot of its share of the model's workers: the message comes back in
+    `SLOT_WAIT_SECONDS`, nothing counted, the backend not called).
+
+    One account's shards run at most `settings.account_shard_slots` at once on one model
+    (`AccountShardShare` of `MaxShardWorkers`; slots of `data.inflight`, taken before the claim and
+    held for the invocation), so one account's backlog never holds every worker of a backend.
 
     The lease lasts `shard_lease_seconds` and is renewed every third of it while the worker works
     (`LeaseHeartbeat`), so a live worker keeps its shard however long it runs, and a crashed one's
@@ -810,7 +816,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     written as `processing_failed` errors.
     """
     settings = get_settings()
-    batch_id, shard_no = message.batch_id, message.shard
+    batch_id = message.batch_id
     header = batches.get(batch_id)
     if header is None or header.status != BatchStatus.IN_PROGRESS or header.sealed:
         return "stopped"
@@ -818,6 +824,54 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     if ending is not None:  # past expires_at, before the sweeper saw it
         _end_early(header, ending)
         return "stopped"
+    share = settings.account_shard_slots
+    if share is None:
+        return _run_shard(message, header, owner=owner, time_left_ms=time_left_ms)
+    slots = keys.shard_slots(header.account_id, header.model)
+    try:
+        slot = inflight.acquire(
+            slots, limit=share, owner=owner, lease_s=time_left_ms() // 1000 + SLOT_MARGIN_S
+        )
+    except inflight.NoSlot:
+        return _wait_for_slot(message, header)
+    try:
+        return _run_shard(message, header, owner=owner, time_left_ms=time_left_ms)
+    finally:
+        inflight.release(slots, slot, owner=owner)
+
+
+# A shard slot's lease beyond the invocation's remaining time (a crashed worker's slot is free then).
+SLOT_MARGIN_S = 60
+# How long a shard whose account holds all its slots waits before its message is received again.
+SLOT_WAIT_SECONDS = 5
+
+
+def _wait_for_slot(message: sqs.ShardMessage, header: BatchHeader) -> str:
+    """The account's shards hold every slot of its share on the model: send the message again, received
+    in `SLOT_WAIT_SECONDS`, and mark the shard waiting (`shards.mark_waiting`: no attempt, no re-drive,
+    so the sweeper sees a queued message, not a stuck shard; waiting is never failure, issue 12).
+
+    A new message rather than the same one with a shorter visibility timeout: every receive counts
+    toward the queue's maxReceiveCount (5), and a shard that waits its turn must never reach the DLQ.
+    Returns `waiting`, or `duplicate` when the shard is done or a live lease holds it (nothing sent)."""
+    if not shards.mark_waiting(message.batch_id, message.shard, at=now()):
+        return "duplicate"
+    sqs.send(
+        get_settings().shards_queue_url,
+        [message],
+        group_id=header.account_id,
+        delay_seconds=SLOT_WAIT_SECONDS,
+    )
+    metrics.add_metric(name="ShardSlotWaits", unit=MetricUnit.Count, value=1)
+    return "waiting"
+
+
+def _run_shard(
+    message: sqs.ShardMessage, header: BatchHeader, *, owner: str, time_left_ms: Callable[[], int]
+) -> str:
+    """`process_shard` from the claim on (the account's slot, if bounded, is held)."""
+    settings = get_settings()
+    batch_id, shard_no = message.batch_id, message.shard
     lease_seconds = settings.shard_lease_seconds
     shard = shards.claim(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     if shard is None:

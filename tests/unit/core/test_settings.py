@@ -1,0 +1,18 @@
+"""Settings derived from others."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchinfer.core.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("workers", "share", "slots"),
+    [(20, 0.8, 16), (4, 0.5, 2), (3, 0.67, 2), (3, 0.5, 1), (2, 0.9, 1), (20, 1.0, None), (20, 0.96, 19)],
+)
+def test_an_accounts_shard_slots_are_its_share_of_the_workers(
+    workers: int, share: float, slots: int | None
+) -> None:
+    settings = Settings(table_name="t", bucket_name="b", max_shard_workers=workers, account_shard_share=share)
+    assert settings.account_shard_slots == slots
