@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from batchinfer.core.settings import Settings
 from batchinfer_local.functions import handler_location
 from batchinfer_local.template import load_template, merge_function_globals
 
@@ -101,6 +102,8 @@ def test_globals_environment_names_every_setting() -> None:
         "WEBHOOK_QUEUE_URL": {"Ref": "WebhookQueue"},
         "SHARD_SIZE": {"Ref": "ShardSize"},
         "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
+        "MAX_SHARD_WORKERS": {"Ref": "MaxShardWorkers"},
+        "ACCOUNT_SHARD_SHARE": {"Ref": "AccountShardShare"},
         "EXPECTED_BUCKET_OWNER": {"Ref": "AWS::AccountId"},
         "COS_ENDPOINT_URL": {"Ref": "CosEndpointUrl"},
         "COS_CREDENTIALS_SECRET": {"Ref": "CosCredentialsSecret"},
@@ -111,7 +114,12 @@ def test_globals_environment_names_every_setting() -> None:
     assert (
         TEMPLATE["Parameters"]["ShardSize"]["Default"],
         TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"],
-    ) == (500, 512)
+        TEMPLATE["Parameters"]["MaxShardWorkers"]["Default"],
+        TEMPLATE["Parameters"]["AccountShardShare"]["Default"],
+    ) == (500, 512, 20, 0.8)
+    # the settings' defaults are the template's (a function without the variable behaves the same)
+    fields = Settings.model_fields
+    assert (fields["max_shard_workers"].default, fields["account_shard_share"].default) == (20, 0.8)
 
 
 def test_the_account_limits_reach_every_function_that_creates_batches() -> None:

@@ -140,9 +140,16 @@ USER = "arn:aws:s3:::batchinfer-user-acme"
         ("ApiFunction", "s3:DeleteObject", f"{DATA}/batches/b/output.jsonl", True),
         ("ApiFunction", "s3:DeleteObject", f"{DATA}/batches/b/shards/00000.jsonl", False),
         ("PrepareFunction", "s3:DeleteObject", f"{DATA}/files/file-1", False),
-        ("ShardWorkerFunction", "s3:DeleteObject", f"{DATA}/batches/b/results/00000.00000.jsonl", False),
+        # A result key no commit names (a refused writer's, a recovered part's source) is deleted by
+        # the writer that knows it (issue 12); nothing else of the work prefix.
+        ("ShardWorkerFunction", "s3:DeleteObject", f"{DATA}/batches/b/results/00000.00000.t.jsonl", True),
+        ("ShardWorkerFunction", "s3:DeleteObject", f"{DATA}/batches/b/shards/00000.jsonl", False),
         ("AggregatorFunction", "s3:DeleteObject", f"{DATA}/batches/b/output.jsonl", False),
-        ("SweeperFunction", "s3:DeleteObject", f"{DATA}/batches/b/results/00000.00000.jsonl", False),
+        ("AggregatorFunction", "s3:DeleteObject", f"{DATA}/batches/b/results/00000.00000.t.jsonl", True),
+        ("AggregatorFunction", "s3:PutObject", f"{DATA}/batches/b/results/00000.00000.t.jsonl", True),
+        ("AggregatorFunction", "s3:DeleteObject", f"{DATA}/batches/b/shards/00000.jsonl", False),
+        ("SweeperFunction", "s3:DeleteObject", f"{DATA}/batches/b/results/00000.00000.t.jsonl", True),
+        ("SweeperFunction", "s3:DeleteObject", f"{DATA}/batches/b/shards/00000.jsonl", False),
         # User buckets: the API reads and deletes a result file (DELETE /v1/files);
         # the aggregator only writes.
         ("ApiFunction", "s3:GetObject", f"{USER}/in/batch.jsonl", True),

@@ -811,9 +811,9 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
 
     Progress is committed every `checkpoint_seconds`, so a crash re-sends to the model at most the
     requests since the last checkpoint; results written by an attempt that died before its commit
-    are committed as they are, not run again. A shard claimed more than `max_shard_attempts` times
-    (it keeps killing its worker; a continuation hands its claim back) has its remaining requests
-    written as `processing_failed` errors.
+    are copied to its own key and committed, not run again. A shard claimed more than
+    `max_shard_attempts` times (it keeps killing its worker; a continuation hands its claim back) has
+    its remaining requests written as `processing_failed` errors.
     """
     settings = get_settings()
     batch_id = message.batch_id
