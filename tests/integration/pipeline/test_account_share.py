@@ -3,7 +3,7 @@ shard of an account whose slots on the model are all held waits (its message com
 nothing counted, the model not called, the sweeper sees it queued), then completes normally.
 
 Moto in-process and the scripted model (`support.scripted`); the same with concurrent workers in the
-local stack's processes is tests/integration/local/test_account_share.py.
+local stack's processes is tests/integration/local/test_fair_delivery.py.
 """
 
 from __future__ import annotations
