@@ -147,10 +147,11 @@ def test_a_queue_in_the_latency_cuts_to_the_estimate_and_the_cut_holds_when_thro
     t = _steady(c)
     t = _round(c, t, 100, 1.25, 100)  # rtt 1.25 with 100 out: the server holds 80, 20 queue
     t = _round(c, t + 0.01, 100, 1.25, 100)  # its first answer judges the round before
-    assert (c.cuts, c.limit) == (2, 80)  # the refusal, then the latency cut to 100 * 1.0 / 1.25
-    t = _round(c, t + 0.01, 80, 1.0, 80)  # 80 out at 1.0 s: the same 80 req/s as before the cut
-    _round(c, t + 0.01, 80, 1.0, 80)
-    assert (c.limit, c.rebased) == (82, 0)  # kept, and no queue: a probe of 0.25 * sqrt(80)
+    # the refusal, then the latency cut to 5% below the estimate, 0.95 * 100 * 1.0 / 1.25
+    assert (c.cuts, c.limit) == (2, 76)
+    t = _round(c, t + 0.01, 76, 1.0, 76)  # 76 out at 1.0 s: 76 req/s, 5% below the 80 before the cut
+    _round(c, t + 0.01, 76, 1.0, 76)
+    assert (c.limit, c.rebased) == (78, 0)  # kept, and no queue: a probe of 0.25 * sqrt(76) = 2.2
 
 
 def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased() -> None:
@@ -158,11 +159,25 @@ def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased(
     t = _steady(c)
     t = _round(c, t, 100, 1.25, 100)
     t = _round(c, t + 0.01, 100, 1.25, 100)
-    assert c.limit == 80
-    # After the cut, 80 out and the RTT still 1.2 s: 67 req/s instead of 80 (the delay was not a queue)
-    t = _round(c, t + 0.01, 80, 1.2, 80)
-    _round(c, t + 0.01, 80, 1.2, 80)
+    assert c.limit == 76
+    # After the cut, 76 out and the RTT still 1.2 s: 63 req/s instead of 80 (the delay was not a queue)
+    t = _round(c, t + 0.01, 76, 1.2, 76)
+    _round(c, t + 0.01, 76, 1.2, 76)
     assert (c.limit, c.rebased, c.base.value) == (100, 1, 1.2)
+
+
+def test_the_probe_doubles_over_rounds_without_queue_whatever_the_window() -> None:
+    # Given a window of 100 past startup, then rounds of answers at the base RTT (no queue), each with
+    # the limit holding requests back
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    limits = [c.limit]
+    for _ in range(12):  # a round is judged by the first answer of the one after it
+        t = _round(c, t + 0.01, c.limit, 1.0, c.limit)
+        limits.append(c.limit)
+    # Then the step is 0.25 * sqrt(window) for two rounds, then doubles each round (2.5, 2.5, 5.2,
+    # 10.5, 21.9, 47.8): the growth is set by the rounds since the last cut, not by the window
+    assert limits[::2] == [100, 103, 105, 110, 121, 143, 190]
 
 
 def test_without_latency_rules_a_queue_moves_nothing() -> None:
@@ -307,8 +322,8 @@ def simulate(
             if now > 0.5 * horizon:
                 refused_2nd += 1
             control.on_refused(now, payload[0], who.in_flight, payload[1])
-        if trace is not None and who is group[0] and (not trace or trace[-1][1] != control.limit):
-            trace.append((round(now, 3), control.limit, in_system, control.state))
+        if trace is not None:
+            trace.append((round(now, 3), group.index(who), control.limit, who.in_flight, in_system))
         send_more(who)
     # All send from the last start until the first one is done: its second half is the steady state.
     together = ((clients - 1) * stagger, min(who.answers[-1] for who in group))
@@ -340,29 +355,32 @@ def test_refusing_server_is_kept_full(capacity):
     assert r["rate"] >= 0.9 * capacity / 0.2
 
 
-# Two workers on one server, the second starting 5 round trips after the first (issue 14: "workers
-# sharing a server converge to fair shares"). Known unfair cases, kept as strict xfails: against a
-# refusing server the first worker refills each slot as it frees, so the second, refused when it grows,
-# cuts itself to a few: shares 0.79 / 0.21 at C = 128 (0.45 / 0.55 at C = 32 but 0.89 of C/L);
-# against a queueing server of 128 the first keeps 0.70.
-_UNFAIR = pytest.mark.xfail(strict=True, reason="issue 14: fairness between workers is not built yet")
-
-
+# Workers on one server, each with its own limiter, the k-th starting k s (5 round trips) after the
+# first (issue 14: "workers sharing a server converge to fair shares"; the rules in
+# batchinfer.backends.limiter, "Fairness"). Target, over the second half of the time all of them send:
+# each of 2 workers within 0.40-0.60 of the answers, each of 4 within 0.15-0.40 (none below 60% of its
+# fair quarter), and the server kept full (0.90 of C/L over the whole run). Before the fairness rules:
+# against a refusing server the first worker refilled each slot as it freed and the later one, cut to a
+# few by its first refusals, grew back by one per round: 0.79 / 0.21 at C = 128, 0.95 / 0.05 at C = 512;
+# against a queueing server of 128 the first kept 0.70 (a cut only to the estimate leaves any split
+# standing).
 @pytest.mark.parametrize(
     ("kind", "capacity"),
-    [
-        ("queueing", 8),
-        ("queueing", 32),
-        pytest.param("queueing", 128, marks=_UNFAIR),
-        ("refusing", 8),
-        pytest.param("refusing", 32, marks=_UNFAIR),
-        pytest.param("refusing", 128, marks=_UNFAIR),
-    ],
+    [("queueing", c) for c in (8, 32, 128, 512)] + [("refusing", c) for c in (8, 32, 128, 512)],
 )
 def test_two_workers_sharing_a_server_converge_to_fair_shares(kind: str, capacity: int) -> None:
     r = simulate(kind, capacity, 0.2, 60 * capacity, clients=2, stagger=1.0)
     assert r["rate"] >= 0.9 * capacity / 0.2
-    assert min(r["shares"]) >= 0.4, r["shares"]
+    assert 0.4 <= min(r["shares"]) <= max(r["shares"]) <= 0.6, r["shares"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "capacity"), [("queueing", 32), ("queueing", 128), ("refusing", 32), ("refusing", 128)]
+)
+def test_four_workers_sharing_a_server_converge_to_fair_shares(kind: str, capacity: int) -> None:
+    r = simulate(kind, capacity, 0.2, 60 * capacity, clients=4, stagger=1.0)
+    assert r["rate"] >= 0.9 * capacity / 0.2
+    assert 0.15 <= min(r["shares"]) <= max(r["shares"]) <= 0.4, r["shares"]
 
 
 def test_token_bucket_is_paced_without_a_storm():
