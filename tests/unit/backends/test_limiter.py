@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +217,7 @@ def simulate(
     initial: int = 64,
     maximum: int = 512,
     client_delay: float = 0.0005,
+    jitter: float = 0.0,
     trace: list | None = None,
     **options: Any,
 ) -> dict[str, Any]:
@@ -228,10 +230,11 @@ def simulate(
     - tpm: a token bucket of `rate` requests/s holding `burst` s of refill, 429 with Retry-After
       (hosted APIs), each request `latency` s.
 
-    `client_delay` (s) is the network's round trip: a request reaches the server half of it after it
-    was sent and the server admits, queues or refuses it then (so a slot freed by one client's
-    answer can go to another's request already on its way); the answer reaches the client half of it
-    later. Returns {seconds, rate (answers/s), max_queue, queue_2nd (longest queue over the 2nd half),
+    `client_delay` (s) is the network's round trip: a request reaches the server half of it after it was
+    sent and the server admits, queues or refuses it then (so a slot freed by one client's answer can go
+    to another's request already on its way); the answer reaches the client half of it later. `jitter`:
+    each service time is `latency` x (1 + uniform(0, jitter)), seeded (a real server and client add a few
+    %). Returns {seconds, rate (answers/s), max_queue, queue_2nd (longest queue over the 2nd half),
     refused, refused_2nd, limit (the first client's), shares (each client's part of the answers over the
     second half of the time all of them were sending)}."""
     group = [_Client(LimitController(maximum, initial=initial, **options), n) for _ in range(clients)]
@@ -242,6 +245,11 @@ def simulate(
     in_system = 0
     tokens = rate * burst
     one_way = client_delay / 2  # network, each way
+    draw = random.Random(0)  # the same jitter every run
+
+    def service() -> float:
+        return latency * (1.0 + draw.uniform(0.0, jitter)) if jitter else latency
+
     refilled = 0.0
     refused = refused_2nd = 0
     max_queue = 0
@@ -275,10 +283,10 @@ def simulate(
             if in_system >= capacity:
                 push(now + one_way, "refused", who, (p, None))
                 return
-            finish = now + latency
+            finish = now + service()
         elif kind == "queueing":
             free = heapq.heappop(slots)
-            finish = max(now, free) + latency
+            finish = max(now, free) + service()
             heapq.heappush(slots, finish)
             queue = in_system + 1 - capacity
             max_queue = max(max_queue, queue)
@@ -291,7 +299,7 @@ def simulate(
                 push(now + one_way, "refused", who, (p, (1 - tokens) / rate))
                 return
             tokens -= 1
-            finish = now + latency
+            finish = now + service()
         in_system += 1
         push(finish, "served", who, p)
 
@@ -381,6 +389,19 @@ def test_four_workers_sharing_a_server_converge_to_fair_shares(kind: str, capaci
     r = simulate(kind, capacity, 0.2, 60 * capacity, clients=4, stagger=1.0)
     assert r["rate"] >= 0.9 * capacity / 0.2
     assert 0.15 <= min(r["shares"]) <= max(r["shares"]) <= 0.4, r["shares"]
+
+
+# Known gap, strict xfails: with a few % of jitter in the service time (as benchmarks/fairness.py
+# measures on sim_backend: RTTs of 201-250 ms at L = 0.2) each worker's mean RTT sits 1-3% over its
+# minimum, inside the hold band (2-5% of W), so neither probes and the split startup left stays:
+# 0.63 / 0.37 at C = 32, 0.86 / 0.14 at C = 128 (and 0.38 of C/L: the one left alone after the other
+# finished does not grow either), with 5% (the real check: 0.86 / 0.14 at C = 32).
+@pytest.mark.xfail(strict=True, reason="issue 14: fair shares under latency jitter are not built yet")
+@pytest.mark.parametrize("capacity", [32, 128])
+def test_two_workers_on_a_jittery_refusing_server_converge_to_fair_shares(capacity: int) -> None:
+    r = simulate("refusing", capacity, 0.2, 60 * capacity, clients=2, stagger=1.0, jitter=0.05)
+    assert r["rate"] >= 0.9 * capacity / 0.2
+    assert 0.4 <= min(r["shares"]) <= max(r["shares"]) <= 0.6, r["shares"]
 
 
 def test_token_bucket_is_paced_without_a_storm():
