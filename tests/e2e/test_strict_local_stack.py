@@ -84,8 +84,10 @@ def test_twenty_shards_run_at_once_and_every_line_ends_in_exactly_one_file(
 ) -> None:
     lines = [chat_line(f"line-{n:02d}", f"HOLD {n}", model=SCRIPTED) for n in range(20)]
     caplog.set_level(logging.INFO, logger="batchinfer_local.function")
+    # One account's batch: every worker may run its shards (AccountShardShare 1: no per-account bound)
+    overrides = {"ShardSize": "1", "AccountShardShare": "1"}
     with (
-        stack_with_upstream(tmp_path, parameter_overrides={"ShardSize": "1"}) as (stack, upstream),
+        stack_with_upstream(tmp_path, parameter_overrides=overrides) as (stack, upstream),
         api_client(stack, stack.api_key) as http,
     ):
         assert stack.pool_stats("ShardWorkerFunction").limit == 20  # MaxShardWorkers

@@ -54,7 +54,8 @@ def gated(
 
 
 def test_a_small_accounts_batch_overtakes_the_backlog_of_a_big_one(tmp_path: Path) -> None:
-    overrides = {"ShardSize": "1", "MaxShardWorkers": "2"}
+    # Delivery order alone: no per-account share (with 0.8 of 2 workers A would hold only one)
+    overrides = {"ShardSize": "1", "MaxShardWorkers": "2", "AccountShardShare": "1"}
     with stack_with_upstream(tmp_path, parameter_overrides=overrides) as (stack, upstream):
         # Given account A's batch of 30 one-line shards, each request waiting at the model for a pass:
         # both shard workers hold one of A's shards, its 28 others wait in the queue
