@@ -68,6 +68,8 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "WEBHOOK_QUEUE_URL": made.queue_urls["WebhookQueue"],
         "SHARD_SIZE": "10",  # the override
         "WORKER_CONCURRENCY": "512",  # the default, as the string CloudFormation passes
+        "MAX_SHARD_WORKERS": "20",
+        "ACCOUNT_SHARD_SHARE": "0.8",
         "EXPECTED_BUCKET_OWNER": "123456789012",
         "COS_ENDPOINT_URL": "",
         "COS_CREDENTIALS_SECRET": "batchinfer/cos",
