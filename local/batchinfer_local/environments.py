@@ -13,8 +13,9 @@ Each function has a zygote (`zygote.py`): a fresh interpreter with the function'
 imported the handlers' heavy third-party modules; environments are forked from it on demand and each
 runs the handler's init itself.
 Each reply carries the environment's counters (`zygote.Probes`), summed in `stats`; `configure`
-changes the function's variables in every environment before its next invocation. The processes'
-stdout and stderr (the function's log) are forwarded to the logger `batchinfer_local.function.<LogicalId>`,
+changes the function's variables in every environment before its next invocation. Each process's
+stdout and stderr (the function's log; each environment has pipes of its own, as it has a log stream
+of its own on Lambda) are forwarded to the logger `batchinfer_local.function.<LogicalId>`,
 each line at its level (a Powertools JSON line's `level`, a Lambda runtime line's `[LEVEL]`; else INFO
 for stdout, WARNING for stderr).
 """
@@ -82,6 +83,21 @@ def _forward(stream: IO[bytes], logger: logging.Logger, default: int) -> None:
     stream.close()
 
 
+def forward_log(
+    stdout: IO[bytes], stderr: IO[bytes], logger: logging.Logger, name: str
+) -> list[threading.Thread]:
+    """Start the two threads that forward a process's stdout (INFO) and stderr (WARNING) line by line."""
+    readers = [
+        threading.Thread(
+            target=_forward, args=(pipe, logger, level), daemon=True, name=f"log-{name}-{stream}"
+        )
+        for pipe, level, stream in ((stdout, logging.INFO, "stdout"), (stderr, logging.WARNING, "stderr"))
+    ]
+    for reader in readers:
+        reader.start()
+    return readers
+
+
 class _Zygote:
     """The parent's handle of one function's zygote process (its control socket, its log readers)."""
 
@@ -99,17 +115,9 @@ class _Zygote:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
-        self._readers = [
-            threading.Thread(
-                target=_forward, args=(pipe, logger, level), daemon=True, name=f"log-{spec.logical_id}-{name}"
-            )
-            for pipe, level, name in (
-                (self.process.stdout, logging.INFO, "stdout"),
-                (self.process.stderr, logging.WARNING, "stderr"),
-            )
-        ]
-        for reader in self._readers:
-            reader.start()
+        self._readers = forward_log(
+            self.process.stdout, self.process.stderr, logger, f"{spec.logical_id}-zygote"
+        )
         try:
             self.request(
                 {"op": "boot", "spec": spec.model_dump(mode="json", by_alias=True)},
@@ -198,6 +206,7 @@ class EnvironmentPool:
         self._invocations = self._in_flight = self._peak = 0
         self._stats: Counter[str] = Counter()
         self._zygote_lock = threading.Lock()
+        self._log_readers: list[threading.Thread] = []
         self._zygote: _Zygote | None = None
         self._controls: list[dict[str, Any]] = []
         self._closed = False
@@ -314,6 +323,8 @@ class EnvironmentPool:
             if self._zygote is not None:
                 self._zygote.close()
                 self._zygote = None
+            for reader in self._log_readers:  # the environments' last lines
+                reader.join(timeout=5)
 
     # ------------------------------------------------------------------ internals
     def _acquire(self, block: bool) -> _Environment:
@@ -357,15 +368,31 @@ class EnvironmentPool:
                 self._zygote = _Zygote(self.spec, self.environ, self._logger)
             zygote = self._zygote
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            # Its own stdout and stderr, as each Lambda environment has its own log stream: environments
+            # sharing the zygote's pipe interleaved one's line into another's (print writes the text and
+            # its newline in two writes).
+            (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
             with theirs:
                 cpus = self._cpus(number) if self._share_cpus and not alone else None
                 message = {"op": "spawn", "log_stream_name": log_stream(self.spec), "cpus": cpus}
                 try:
-                    pid = zygote.request(message, fds=[theirs.fileno()])["pid"]
+                    pid = zygote.request(message, fds=[theirs.fileno(), out_w, err_w])["pid"]
                 except InvocationError:
                     mine.close()
+                    for fd in (out_r, err_r):
+                        os.close(fd)
                     self._discard_zygote()
                     raise
+                finally:
+                    os.close(out_w)
+                    os.close(err_w)
+                readers = forward_log(
+                    os.fdopen(out_r, "rb"),
+                    os.fdopen(err_r, "rb"),
+                    self._logger,
+                    f"{self.spec.logical_id}-{pid}",
+                )
+                self._log_readers = [reader for reader in self._log_readers if reader.is_alive()] + readers
             with self._cond:
                 generation = len(self._controls)
         conn = Connection(mine.detach())

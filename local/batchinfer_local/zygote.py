@@ -5,7 +5,8 @@
 SOCK_SEQPACKET socket to the pool, one JSON message per packet. The zygote:
 1. receives the function's `FunctionSpec`, imports the third-party modules handlers import (`PRELOAD`),
    and answers `ready`;
-2. on `spawn` (with a stream socket passed along, SCM_RIGHTS) forks one execution environment, which
+2. on `spawn` (with a stream socket and the environment's own stdout and stderr pipes passed along,
+   SCM_RIGHTS) forks one execution environment, which
    imports the handler itself (Lambda's INIT phase, in every environment), answers `ready` (or `failed`,
    Lambda's `Runtime.ImportModuleError`) and serves invocations on that socket one at a time (`serve`);
    `kill` ends one, `configure` changes the variables of environments forked from then on; end of
@@ -245,7 +246,7 @@ def main() -> None:
     children: set[int] = set()
     try:
         while True:
-            data, fds, _, _ = socket.recv_fds(control, _PACKET_BYTES, 1)
+            data, fds, _, _ = socket.recv_fds(control, _PACKET_BYTES, 3)
             if not data:
                 return  # the pool closed the socket (or died)
             message = json.loads(data)
@@ -256,6 +257,10 @@ def main() -> None:
                 pid = os.fork()
                 if pid == 0:
                     control.close()
+                    os.dup2(fds[1], 1)  # its own log pipes (the parent's forwarders read them)
+                    os.dup2(fds[2], 2)
+                    os.close(fds[1])
+                    os.close(fds[2])
                     os.environ["AWS_LAMBDA_LOG_STREAM_NAME"] = message["log_stream_name"]
                     if message.get("cpus"):
                         os.sched_setaffinity(0, message["cpus"])
@@ -265,7 +270,8 @@ def main() -> None:
                         traceback.print_exc()
                     finally:
                         os._exit(0)
-                os.close(fds[0])
+                for fd in fds:
+                    os.close(fd)
                 children.add(pid)
                 send({"op": "spawned", "pid": pid})
             elif message["op"] == "kill":

@@ -44,6 +44,12 @@ def handler(event, context):
         return object()
     if action == "chaos":
         chaos.injected["crash_before_commit"] += 1
+    if action == "halves":  # one line in two writes, as print() writes a text and its newline
+        sys.stdout.write(event["line"])
+        sys.stdout.flush()
+        time.sleep(event["seconds"])
+        sys.stdout.write("\\n")
+        sys.stdout.flush()
     if action == "log":
         print('{"level":"ERROR","message":"from the handler"}', flush=True)
         print("plain line", file=sys.stderr, flush=True)
@@ -231,3 +237,28 @@ def test_the_functions_log_lines_are_forwarded_at_their_level(
         ("ERROR", '{"level":"ERROR","message":"from the handler"}'),
         ("WARNING", "plain line"),
     ]
+
+
+def test_environments_writing_at_once_keep_their_lines_whole(
+    pool: EnvironmentPool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each environment logs to its own stream (as on Lambda): one environment's line never lands in the
+    # middle of another's.
+    calls = [
+        {"action": "halves", "line": "first", "seconds": 1.0},
+        {"action": "halves", "line": "second", "seconds": 0.2},
+    ]
+    with caplog.at_level(logging.INFO, logger="batchinfer_local.function"):
+        threads = [threading.Thread(target=pool.invoke, args=(call,)) for call in calls]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.3)  # the first has written its half line when the second starts
+        for thread in threads:
+            thread.join()
+        deadline = time.monotonic() + 5
+        while len([r for r in caplog.records if r.name == "batchinfer_local.function.Fn"]) < 2:
+            if time.monotonic() > deadline:
+                break  # one shared stream would have made one line of both: "firstsecond"
+            time.sleep(0.05)
+    lines = [r.getMessage() for r in caplog.records if r.name == "batchinfer_local.function.Fn"]
+    assert lines == ["second", "first"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,10 +148,11 @@ def test_a_queue_in_the_latency_cuts_to_the_estimate_and_the_cut_holds_when_thro
     t = _steady(c)
     t = _round(c, t, 100, 1.25, 100)  # rtt 1.25 with 100 out: the server holds 80, 20 queue
     t = _round(c, t + 0.01, 100, 1.25, 100)  # its first answer judges the round before
-    assert (c.cuts, c.limit) == (2, 80)  # the refusal, then the latency cut to 100 * 1.0 / 1.25
-    t = _round(c, t + 0.01, 80, 1.0, 80)  # 80 out at 1.0 s: the same 80 req/s as before the cut
-    _round(c, t + 0.01, 80, 1.0, 80)
-    assert (c.limit, c.rebased) == (82, 0)  # kept, and no queue: a probe of 0.25 * sqrt(80)
+    # the refusal, then the latency cut to 5% below the estimate, 0.95 * 100 * 1.0 / 1.25
+    assert (c.cuts, c.limit) == (2, 76)
+    t = _round(c, t + 0.01, 76, 1.0, 76)  # 76 out at 1.0 s: 76 req/s, 5% below the 80 before the cut
+    _round(c, t + 0.01, 76, 1.0, 76)
+    assert (c.limit, c.rebased) == (78, 0)  # kept, and no queue: a probe of 0.25 * sqrt(76) = 2.2
 
 
 def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased() -> None:
@@ -158,11 +160,25 @@ def test_a_latency_cut_that_loses_throughput_is_undone_and_the_base_rtt_rebased(
     t = _steady(c)
     t = _round(c, t, 100, 1.25, 100)
     t = _round(c, t + 0.01, 100, 1.25, 100)
-    assert c.limit == 80
-    # After the cut, 80 out and the RTT still 1.2 s: 67 req/s instead of 80 (the delay was not a queue)
-    t = _round(c, t + 0.01, 80, 1.2, 80)
-    _round(c, t + 0.01, 80, 1.2, 80)
+    assert c.limit == 76
+    # After the cut, 76 out and the RTT still 1.2 s: 63 req/s instead of 80 (the delay was not a queue)
+    t = _round(c, t + 0.01, 76, 1.2, 76)
+    _round(c, t + 0.01, 76, 1.2, 76)
     assert (c.limit, c.rebased, c.base.value) == (100, 1, 1.2)
+
+
+def test_the_probe_doubles_over_rounds_without_queue_whatever_the_window() -> None:
+    # Given a window of 100 past startup, then rounds of answers at the base RTT (no queue), each with
+    # the limit holding requests back
+    c = LimitController(512, initial=101)
+    t = _steady(c)
+    limits = [c.limit]
+    for _ in range(12):  # a round is judged by the first answer of the one after it
+        t = _round(c, t + 0.01, c.limit, 1.0, c.limit)
+        limits.append(c.limit)
+    # Then the step is 0.25 * sqrt(window) for two rounds, then doubles each round (2.5, 2.5, 5.2,
+    # 10.5, 21.9, 47.8): the growth is set by the rounds since the last cut, not by the window
+    assert limits[::2] == [100, 103, 105, 110, 121, 143, 190]
 
 
 def test_without_latency_rules_a_queue_moves_nothing() -> None:
@@ -201,6 +217,7 @@ def simulate(
     initial: int = 64,
     maximum: int = 512,
     client_delay: float = 0.0005,
+    jitter: float = 0.0,
     trace: list | None = None,
     **options: Any,
 ) -> dict[str, Any]:
@@ -213,10 +230,13 @@ def simulate(
     - tpm: a token bucket of `rate` requests/s holding `burst` s of refill, 429 with Retry-After
       (hosted APIs), each request `latency` s.
 
-    `client_delay`: the client's own time per answer (s). Returns {seconds, rate (answers/s),
-    max_queue, queue_2nd (longest queue over the 2nd half), refused, refused_2nd, limit (the first
-    client's), shares (each client's part of the answers over the second half of the time all of them
-    were sending)}."""
+    `client_delay` (s) is the network's round trip: a request reaches the server half of it after it was
+    sent and the server admits, queues or refuses it then (so a slot freed by one client's answer can go
+    to another's request already on its way); the answer reaches the client half of it later. `jitter`:
+    each service time is `latency` x (1 + uniform(0, jitter)), seeded (a real server and client add a few
+    %). Returns {seconds, rate (answers/s), max_queue, queue_2nd (longest queue over the 2nd half),
+    refused, refused_2nd, limit (the first client's), shares (each client's part of the answers over the
+    second half of the time all of them were sending)}."""
     group = [_Client(LimitController(maximum, initial=initial, **options), n) for _ in range(clients)]
     events: list = []  # (time, seq, kind, client, payload)
     seq = 0
@@ -224,6 +244,12 @@ def simulate(
     slots = [0.0] * capacity  # queueing: heap of slot free times
     in_system = 0
     tokens = rate * burst
+    one_way = client_delay / 2  # network, each way
+    draw = random.Random(0)  # the same jitter every run
+
+    def service() -> float:
+        return latency * (1.0 + draw.uniform(0.0, jitter)) if jitter else latency
+
     refilled = 0.0
     refused = refused_2nd = 0
     max_queue = 0
@@ -235,7 +261,6 @@ def simulate(
         heapq.heappush(events, (t, seq, what, who, payload))
 
     def send_more(who: _Client) -> None:
-        nonlocal in_system, tokens, refilled, max_queue, queue_2nd
         control = who.control
         while (who.waiting or who.retries) and who.in_flight < control.limit:
             if now < control.pause_until or (control.paced(now) and now < who.next_send):
@@ -249,32 +274,34 @@ def simulate(
             if control.paced(now):
                 who.next_send = max(now, who.next_send) + control.pace_interval()
             p = Permit(control.epoch, now, who.in_flight, control.delivered)
-            arrive = now + client_delay / 2
-            if kind == "refusing":
-                if in_system >= capacity:
-                    push(arrive + client_delay / 2, "refused", who, (p, None))
-                    continue
-                in_system += 1
-                push(arrive + latency, "served", who, p)
-            elif kind == "queueing":
-                free = heapq.heappop(slots)
-                finish = max(arrive, free) + latency
-                heapq.heappush(slots, finish)
-                in_system += 1
-                queue = in_system - capacity
-                max_queue = max(max_queue, queue)
-                if now > 0.5 * horizon:
-                    queue_2nd = max(queue_2nd, queue)
-                push(finish, "served", who, p)
-            else:
-                tokens = min(rate * burst, tokens + (arrive - refilled) * rate)
-                refilled = arrive
-                if tokens < 1:
-                    push(arrive + client_delay / 2, "refused", who, (p, (1 - tokens) / rate))
-                    continue
-                tokens -= 1
-                in_system += 1
-                push(arrive + latency, "served", who, p)
+            push(now + one_way, "arrive", who, p)
+
+    def arrive(who: _Client, p: Permit) -> None:
+        # The server sees the request one way after it was sent, and decides then.
+        nonlocal in_system, tokens, refilled, max_queue, queue_2nd
+        if kind == "refusing":
+            if in_system >= capacity:
+                push(now + one_way, "refused", who, (p, None))
+                return
+            finish = now + service()
+        elif kind == "queueing":
+            free = heapq.heappop(slots)
+            finish = max(now, free) + service()
+            heapq.heappush(slots, finish)
+            queue = in_system + 1 - capacity
+            max_queue = max(max_queue, queue)
+            if now > 0.5 * horizon:
+                queue_2nd = max(queue_2nd, queue)
+        else:
+            tokens = min(rate * burst, tokens + (now - refilled) * rate)
+            refilled = now
+            if tokens < 1:
+                push(now + one_way, "refused", who, (p, (1 - tokens) / rate))
+                return
+            tokens -= 1
+            finish = now + service()
+        in_system += 1
+        push(finish, "served", who, p)
 
     horizon = n * clients * latency / capacity if kind != "tpm" else n * clients / rate
     for k, who in enumerate(group):
@@ -282,11 +309,16 @@ def simulate(
     while events:
         now, _, what, who, payload = heapq.heappop(events)
         control = who.control
-        if what in ("served", "refused") and (who.waiting or who.retries or who.in_flight >= control.limit):
-            control.limited = True  # as AdaptiveLimiter.release: the limit holds requests back
-        if what == "served":
-            now += client_delay / 2
+        if what == "arrive":
+            arrive(who, payload)
+            continue
+        if what == "served":  # the slot frees now; the answer reaches the client one way later
             in_system -= 1
+            push(now + one_way, "answered", who, payload)
+            continue
+        if what in ("answered", "refused") and (who.waiting or who.retries or who.in_flight >= control.limit):
+            control.limited = True  # as AdaptiveLimiter.release: the limit holds requests back
+        if what == "answered":
             who.in_flight -= 1
             who.done += 1
             who.answers.append(now)
@@ -298,8 +330,8 @@ def simulate(
             if now > 0.5 * horizon:
                 refused_2nd += 1
             control.on_refused(now, payload[0], who.in_flight, payload[1])
-        if trace is not None and who is group[0] and (not trace or trace[-1][1] != control.limit):
-            trace.append((round(now, 3), control.limit, in_system, control.state))
+        if trace is not None:
+            trace.append((round(now, 3), group.index(who), control.limit, who.in_flight, in_system))
         send_more(who)
     # All send from the last start until the first one is done: its second half is the steady state.
     together = ((clients - 1) * stagger, min(who.answers[-1] for who in group))
@@ -331,29 +363,45 @@ def test_refusing_server_is_kept_full(capacity):
     assert r["rate"] >= 0.9 * capacity / 0.2
 
 
-# Two workers on one server, the second starting 5 round trips after the first (issue 14: "workers
-# sharing a server converge to fair shares"). Known unfair cases, kept as strict xfails: against a
-# refusing server the first worker refills each slot the moment it frees (it never sees a refusal it
-# did not cause), so the second is refused until the first is done: shares 1.0 / 0.0 at C = 8 and
-# 0.92 / 0.08 at C = 128; against a queueing server of 128 the first keeps 0.70.
-_UNFAIR = pytest.mark.xfail(strict=True, reason="issue 14: fairness between workers is not built yet")
-
-
+# Workers on one server, each with its own limiter, the k-th starting k s (5 round trips) after the
+# first (issue 14: "workers sharing a server converge to fair shares"; the rules in
+# batchinfer.backends.limiter, "Fairness"). Target, over the second half of the time all of them send:
+# each of 2 workers within 0.40-0.60 of the answers, each of 4 within 0.15-0.40 (none below 60% of its
+# fair quarter), and the server kept full (0.90 of C/L over the whole run). Before the fairness rules:
+# against a refusing server the first worker refilled each slot as it freed and the later one, cut to a
+# few by its first refusals, grew back by one per round: 0.79 / 0.21 at C = 128, 0.95 / 0.05 at C = 512;
+# against a queueing server of 128 the first kept 0.70 (a cut only to the estimate leaves any split
+# standing).
 @pytest.mark.parametrize(
     ("kind", "capacity"),
-    [
-        ("queueing", 8),
-        ("queueing", 32),
-        pytest.param("queueing", 128, marks=_UNFAIR),
-        pytest.param("refusing", 8, marks=_UNFAIR),
-        pytest.param("refusing", 32, marks=_UNFAIR),
-        pytest.param("refusing", 128, marks=_UNFAIR),
-    ],
+    [("queueing", c) for c in (8, 32, 128, 512)] + [("refusing", c) for c in (8, 32, 128, 512)],
 )
 def test_two_workers_sharing_a_server_converge_to_fair_shares(kind: str, capacity: int) -> None:
     r = simulate(kind, capacity, 0.2, 60 * capacity, clients=2, stagger=1.0)
     assert r["rate"] >= 0.9 * capacity / 0.2
-    assert min(r["shares"]) >= 0.4, r["shares"]
+    assert 0.4 <= min(r["shares"]) <= max(r["shares"]) <= 0.6, r["shares"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "capacity"), [("queueing", 32), ("queueing", 128), ("refusing", 32), ("refusing", 128)]
+)
+def test_four_workers_sharing_a_server_converge_to_fair_shares(kind: str, capacity: int) -> None:
+    r = simulate(kind, capacity, 0.2, 60 * capacity, clients=4, stagger=1.0)
+    assert r["rate"] >= 0.9 * capacity / 0.2
+    assert 0.15 <= min(r["shares"]) <= max(r["shares"]) <= 0.4, r["shares"]
+
+
+# Known gap, strict xfails: with a few % of jitter in the service time (as benchmarks/fairness.py
+# measures on sim_backend: RTTs of 201-250 ms at L = 0.2) each worker's mean RTT sits 1-3% over its
+# minimum, inside the hold band (2-5% of W), so neither probes and the split startup left stays:
+# 0.63 / 0.37 at C = 32, 0.86 / 0.14 at C = 128 (and 0.38 of C/L: the one left alone after the other
+# finished does not grow either), with 5% (the real check: 0.86 / 0.14 at C = 32).
+@pytest.mark.xfail(strict=True, reason="issue 14: fair shares under latency jitter are not built yet")
+@pytest.mark.parametrize("capacity", [32, 128])
+def test_two_workers_on_a_jittery_refusing_server_converge_to_fair_shares(capacity: int) -> None:
+    r = simulate("refusing", capacity, 0.2, 60 * capacity, clients=2, stagger=1.0, jitter=0.05)
+    assert r["rate"] >= 0.9 * capacity / 0.2
+    assert 0.4 <= min(r["shares"]) <= max(r["shares"]) <= 0.6, r["shares"]
 
 
 def test_token_bucket_is_paced_without_a_storm():

@@ -22,11 +22,12 @@ the *mean* over the round's answers minus the client's own event-loop lag (a det
 answers in waves: a queue of k makes k requests of each wave wait a whole L and the rest none, so the
 minimum shows nothing) and W the mean in flight when they were sent:
 
-    q > high(W)  (5% of W, at least 0.75):  limit = W * base_rtt / rtt   (cut to the estimate of C; at
-                                            once when q > 10% of W, else when the next round agrees)
-    q < low(W)   (2% of W, at least 0.5):   limit += max(1, sqrt(limit) / 4), accelerating over clear
-                                            rounds to at most 5% of W per round (probe, if the limit
-                                            held requests back)
+    q > high(W)  (5% of W, at least 0.75):  limit = 0.95 * W * base_rtt / rtt   (cut 5% below the
+                                            estimate of C; at once when q > 10% of W, else when the
+                                            next round agrees)
+    q < low(W)   (2% of W, at least 0.5):   limit += s * 2^max(0, k - 2), s = max(1, sqrt(limit) / 4),
+                                            k the rounds in a row without queue, at most doubling
+                                            the limit (probe, if the limit held requests back)
     otherwise hold.
 
 A latency cut after which the RTT does not fall by at least half the predicted amount, or after
@@ -35,9 +36,7 @@ the base RTT re-set to today's (the delay was not our queue: a slower backend, a
 Vegas's known weak spot, a stale base RTT; measured: on a machine at load 5-12, a client on a
 refusing C = 512 server that cut on such delays ran at 40-70% of the same client with a fixed window).
 
-The band is a fraction of W, so the standing queue is a few % of C at any size; the probe step grows
-slower than the limit (sublinear) so workers sharing one server drift to equal shares (the smaller
-grows faster relative to its size, while cuts are proportional: each sees the same rtt). base_rtt is
+The band is a fraction of W, so the standing queue is a few % of C at any size. base_rtt is
 a windowed minimum (the last 30-60 s) of successful answers' RTTs, never of refusals (those are fast).
 Samples from requests sent before a cut are ignored (the cut's effect is not in them yet), as Vegas
 and the AIMD limiter before this one do.
@@ -68,6 +67,24 @@ C = 8 vLLM is 64 round trips of latency); `initial` is that trade-off: a refusin
 
 `latency=False` turns the latency rules off (a fixed window up to `maximum` that only refusals move):
 for an in-process engine, whose latency grows with its batch by design.
+
+Fairness (workers sharing one server, each with its own limiter and no word with the others): AIMD
+converges to equal shares because every decrease is multiplicative and every increase the same for all
+(Chiu & Jain 1989); it needs both. Decreases: a refusal cuts by `refused_decrease` and a queue by
+`queue_decrease` (0.95) below the estimate. A cut only to the estimate would make every split of the
+server an equilibrium: each worker sees the same RTT, so each one's q is the same fraction of its W and
+nobody moves (Vegas with a band, alpha < beta, shares by order of arrival: Boutremans & Le Boudec, "A
+Note on the Fairness of TCP Vegas", 2000). Increases: the probe grows with the rounds since the worker's
+last cut (doubling each round after the second, as BBRv2's ProbeBW_UP raises inflight_hi by 1 <<
+bw_probe_up_rounds per round, BBRRaiseInflightHiSlope in
+draft-cardwell-iccrg-bbr-congestion-control-02), not with its window (CUBIC's growth is likewise a
+function of the time since the last loss, Ha, Rhee & Xu 2008), so a worker that starts while another
+holds the server, cut to a few by its first refusals, is back at its share in log2(C) rounds instead of
+C. On a refusing server a slot freed by one worker's answer goes to whichever request reaches the server
+first, so refusals fall on the workers in proportion to the slots they hold (rate-dependent losses,
+under which even MIMD shares fairly: Altman, Avrachenkov & Prabhu, "Fairness in MIMD Congestion Control
+Algorithms", 2005). Cost on one worker alone (the model): none on a refusing server; on a queueing one a
+deeper cut, 5% for about two rounds after each queue.
 
 Hand-written: no library in common use implements adaptive concurrency for asyncio (aiolimiter and
 friends limit rates; Netflix's concurrency-limits is Java), and the rules above are the domain.
@@ -135,7 +152,8 @@ def queue_band(window: float, low: float = 0.02, high: float = 0.05) -> tuple[fl
 
 
 def probe_step(window: float, factor: float = 0.25) -> float:
-    """How much a round without queue adds: sublinear in the window (fair shares, small overshoot)."""
+    """The first step of a probe (requests): sublinear in the window (a small overshoot); it doubles
+    over the rounds without queue that follow (`LimitController`)."""
     return max(1.0, factor * math.sqrt(window))
 
 
@@ -196,6 +214,7 @@ class LimitController:
         minimum: int = 1,
         initial: int = 64,
         refused_decrease: float = 0.95,
+        queue_decrease: float = 0.95,
         rate_decrease: float = 0.85,
         base_window: float = 30.0,
         band: tuple[float, float] = (0.02, 0.05),
@@ -208,6 +227,7 @@ class LimitController:
             raise ValueError(f"need 1 <= minimum <= maximum, got {minimum} and {maximum}")
         self.minimum, self.maximum = minimum, maximum
         self.refused_decrease, self.rate_decrease = refused_decrease, rate_decrease
+        self.queue_decrease = queue_decrease
         self.band, self.probe, self.pace_for = band, probe, pace_for
         self.startup_growth = startup_growth
         self.latency = latency
@@ -338,11 +358,12 @@ class LimitController:
         q = w - estimate
         low, high = queue_band(w, *self.band)
         if q > high:
-            # A queue: cut to the estimate at once if it is large, else when the next round shows it
-            # too (a standing queue stays; a spike of our own CPU or of the network passes).
+            # A queue: cut below the estimate (fairness, module docstring) at once if it is large,
+            # else when the next round shows it too (a standing queue stays; a spike of our own CPU or
+            # of the network passes).
             if q > min(2 * high, 0.1 * w) or self._suspect:
                 self._suspect = False
-                self._cut(estimate, now)
+                self._cut(self.queue_decrease * estimate, now)
                 self._check = (rtt, w)
                 return
             self._suspect = True
@@ -353,9 +374,9 @@ class LimitController:
         if q < low and self.limited:
             self.clear_rounds += 1
             before = self.limit
-            # the probe speeds up over rounds without queue, to at most 5% of the window per round
-            step = probe_step(self.window, self.probe)
-            self._set(self.window + max(step, min(step * self.clear_rounds, 0.05 * self.window)))
+            # the probe doubles each round without queue after the second, at most doubling the window
+            step = probe_step(self.window, self.probe) * 2 ** max(0, self.clear_rounds - 2)
+            self._set(self.window + min(step, max(1.0, self.window)))
             changed = self.limit != before
         else:
             self.clear_rounds = 0
