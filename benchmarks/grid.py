@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import REPO, free_port, markdown_table, server_process
+from benchmarks.common import REPO, environment_rss_kb, free_port, markdown_table, server_process
 from benchmarks.saturation import request_line
 
 KINDS = ("refusing", "queueing")
@@ -104,42 +104,11 @@ def settled_queue(stats: dict[str, Any], n: int) -> int:
     return max((q for _, _, q, served in stats["series"] if 0.5 * n <= served <= 0.9 * n), default=0)
 
 
-def _rss_kb(pid: str) -> int:
-    with open(f"/proc/{pid}/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def worker_rss_mib() -> float:
-    """The largest RSS among this process's shard worker execution environments (descendants whose
-    environment names the ShardWorker function, less the zygote they fork from), in MiB; 0 when none
-    runs. An environment's RSS counts the pages it shares with the zygote (the imports)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):  # gone
-                continue
-    ours = {os.getpid()}
-    grew = True
-    while grew:  # the descendants of this process (the stack's zygotes fork its environments)
-        more = {pid for pid, parent in parents.items() if parent in ours} - ours
-        ours |= more
-        grew = bool(more)
-    best = 0
-    forks = {parents[pid] for pid in ours if pid in parents}
-    for pid in ours - forks:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if b"ShardWorker" in environ.read():
-                    best = max(best, _rss_kb(str(pid)))
-        except OSError:
-            continue
-    return best / 1024
+    """The largest RSS among this process's shard worker execution environments (`environment_rss_kb`
+    of those whose environment names the ShardWorker function), in MiB; 0 when none runs. An
+    environment's RSS counts the pages it shares with the zygote (the imports)."""
+    return max(environment_rss_kb(b"ShardWorker").values(), default=0) / 1024
 
 
 class RssSampler(threading.Thread):

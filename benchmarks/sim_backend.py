@@ -18,6 +18,9 @@ Kinds (all answer `POST .../chat/completions` with a fixed chat.completion after
 Stats: `GET /stats` -> JSON {kind, capacity, latency, in_system, peak (max concurrent in the server,
 queued included), max_queue, served, refused, connections, cpu_s, series: [[t, in_system, queue_max,
 served]...] every 100 ms}; `POST /reset` zeroes the counters (between runs; a bucket is refilled).
+With `--record` the server also counts the chat requests it received (admitted or refused) by the
+content of each one's last message: `GET /received` -> JSON {content: count} (the backlog benchmark
+names each line in its message, benchmarks/backlog.py).
 
 The server is one asyncio.Protocol per connection with a minimal HTTP/1.1 parser (keep-alive,
 Content-Length bodies, no chunked uploads, no pipelining needed by the clients here): ~30 us of CPU
@@ -40,7 +43,7 @@ import json
 import math
 import resource
 import time
-from collections import deque
+from collections import Counter, deque
 from urllib.parse import parse_qs
 
 _COMPLETION_HEAD = b'{"id":"chatcmpl-'
@@ -80,11 +83,13 @@ def _response(status: int, body: bytes, extra: bytes = b"", close: bool = False)
 class Sim:
     """The server's state, shared by all connections."""
 
-    def __init__(self, kind: str, capacity: int, latency: float, tpm: float, burst: float) -> None:
+    def __init__(
+        self, kind: str, capacity: int, latency: float, tpm: float, burst: float, record: bool = False
+    ) -> None:
         if kind not in ("refusing", "queueing", "tpm"):
             raise ValueError(kind)
         self.kind, self.capacity, self.latency = kind, capacity, latency
-        self.tpm, self.burst = tpm, burst
+        self.tpm, self.burst, self.record = tpm, burst, record
         self.loop = asyncio.get_running_loop()
         self.reset()
         self.loop.call_later(0.1, self._tick)
@@ -106,6 +111,7 @@ class Sim:
         self.peak = self.max_queue = self.served = self.refused = 0
         self.spent = 0.0  # tpm: tokens taken from the bucket
         self.clients: set[object] = set()
+        self.received: Counter[str] = Counter()  # --record: requests received by last message content
         self.slots: deque[float] = deque([0.0] * self.capacity)  # queueing: when each slot frees, FIFO
         self.tokens = self.tpm * self.burst / 60.0
         self.refilled = self.loop.time()
@@ -144,6 +150,8 @@ class Sim:
     def chat(self, proto: ChatProtocol, body: bytes) -> None:
         """Admit, refuse or queue one chat completion request; answer it on `proto` when done."""
         now = self.loop.time()
+        if self.record:  # a json.loads per request (~10 us): only when asked for
+            self.received[json.loads(body)["messages"][-1]["content"]] += 1
         if self.kind == "refusing":
             if self.in_system >= self.capacity:
                 self.refused += 1
@@ -257,6 +265,8 @@ class ChatProtocol(asyncio.Protocol):
     def route(self, method: bytes, path: bytes, body: bytes, query: bytes = b"") -> None:
         if path.endswith(b"/chat/completions") and method == b"POST":
             self.sim.chat(self, body)
+        elif path.endswith(b"/received"):
+            self.send(_response(200, json.dumps(self.sim.received).encode()))
         elif path.endswith(b"/stats"):
             self.send(_response(200, json.dumps(self.sim.stats()).encode()))
         elif path.endswith(b"/reset"):
@@ -268,8 +278,10 @@ class ChatProtocol(asyncio.Protocol):
             self.send(_response(404, b'{"error":"not found"}'))
 
 
-async def serve(port: int, kind: str, capacity: int, latency: float, tpm: float, burst: float) -> None:
-    sim = Sim(kind, capacity, latency, tpm, burst)
+async def serve(
+    port: int, kind: str, capacity: int, latency: float, tpm: float, burst: float, record: bool = False
+) -> None:
+    sim = Sim(kind, capacity, latency, tpm, burst, record)
     server = await asyncio.get_running_loop().create_server(
         lambda: ChatProtocol(sim), "127.0.0.1", port, backlog=4096, reuse_address=True
     )
@@ -287,9 +299,14 @@ def main() -> None:
     )
     parser.add_argument("--tpm", type=float, default=384_000, help="tpm kind: tokens per minute")
     parser.add_argument("--burst", type=float, default=1.0, help="tpm kind: bucket size, seconds of refill")
+    parser.add_argument(
+        "--record", action="store_true", help="count received requests by message content (GET /received)"
+    )
     args = parser.parse_args()
     try:
-        asyncio.run(serve(args.port, args.kind, args.capacity, args.latency, args.tpm, args.burst))
+        asyncio.run(
+            serve(args.port, args.kind, args.capacity, args.latency, args.tpm, args.burst, args.record)
+        )
     except KeyboardInterrupt:
         pass
 

@@ -16,22 +16,20 @@ import logging
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import httpx
 
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
-from benchmarks.common import free_port, server_process
-
-FAULTS = (
-    "crash_before_commit",
-    "crash_after_commit",
-    "crash_in_aggregator",
-    "backend_error",
-    "slow_backend",
-    "duplicate_delivery",
+from benchmarks.common import (
+    FAULTS,
+    faults_fired,
+    free_port,
+    result_lines,
+    server_process,
+    sim_registry,
+    write_chat_batch,
 )
 
 
@@ -44,29 +42,8 @@ def main() -> int:
 
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="batchinfer-soak-"))
-    registry = workdir / "models.yaml"
-    registry.write_text(
-        f"models:\n  sim-model:\n    backend: openai\n    base_url: http://127.0.0.1:{port}/v1\n"
-        f"    model: sim\n    api_key: unused\n"
-    )
-    source = workdir / "soak.jsonl"
-    with source.open("w") as handle:
-        for i in range(args.lines):
-            handle.write(
-                json.dumps(
-                    {
-                        "custom_id": f"soak-{i:05d}",
-                        "method": "POST",
-                        "url": "/v1/chat/completions",
-                        "body": {
-                            "model": "sim-model",
-                            "max_tokens": 8,
-                            "messages": [{"role": "user", "content": f"Question {i}"}],
-                        },
-                    }
-                )
-                + "\n"
-            )
+    registry = sim_registry(workdir / "models.yaml", port)
+    source = write_chat_batch(workdir / "soak.jsonl", (f"soak-{i:05d}" for i in range(args.lines)))
     # The functions' own environments (their processes), not this one's.
     functions = {
         "MODEL_REGISTRY": str(registry),
@@ -74,8 +51,13 @@ def main() -> int:
         "STUCK_AFTER_SECONDS": "3",
         "MAX_SHARD_ATTEMPTS": "50",
         "CHECKPOINT_SECONDS": "1",
+        # AWS-side faults are the backlog benchmark's (benchmarks/backlog.py), at 2%.
         "BATCHINFER_CHAOS": json.dumps(
-            {"seed": args.seed, "slow_backend_seconds": 0.2, **{fault: args.rate for fault in FAULTS}}
+            {
+                "seed": args.seed,
+                "slow_backend_seconds": 0.2,
+                **{fault: args.rate for fault in FAULTS if fault != "aws_error"},
+            }
         ),
     }
     with (
@@ -93,16 +75,9 @@ def main() -> int:
         batch = client.wait(batch["id"], poll_s=1.0, timeout_s=3600)
         elapsed = time.monotonic() - started
         stats = httpx.get(f"http://127.0.0.1:{port}/stats").json()
-        results = Counter()
-        for kind in ("output", "error"):
-            if batch[f"{kind}_file_id"]:
-                for line in client.content(batch[f"{kind}_file_id"]).splitlines():
-                    results[json.loads(line)["custom_id"]] += 1
-        fired = {
-            name.removeprefix("chaos:"): count
-            for name, count in stack.stats().items()
-            if name.startswith("chaos:")
-        }
+        found = result_lines(client, batch)
+        results = found["output"] + found["error"]
+        fired = faults_fired(stack)
     expected = {f"soak-{i:05d}" for i in range(args.lines)}
     lost = len(expected - set(results))
     duplicated = sum(n - 1 for n in results.values() if n > 1)

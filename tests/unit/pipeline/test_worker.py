@@ -213,6 +213,37 @@ def test_an_overloaded_backend_is_not_retried_once_time_runs_short() -> None:
     assert [o.status_code for o in outcomes] == [429]
 
 
+def test_a_request_refused_at_a_checkpoint_is_retried_not_failed() -> None:
+    # Given a backend that refuses the first two tries (a backlog at the model), and a window whose
+    # time (to its checkpoint) is up once the first answer came, with the invocation's deadline far
+    clock = {"window_left_ms": 10**9}
+
+    class Backlogged(ScriptedBackend):
+        async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+            clock["window_left_ms"] = 0
+            return await super().chat_completion(body)
+
+    backend = Backlogged(failures={"p0": [BackendError(429, "overloaded", retryable=True)] * 2})
+
+    # When one request runs
+    window = asyncio.run(
+        worker.run_window(
+            backend,
+            _requests(1),
+            "batch_x",
+            concurrency=4,
+            time_left_ms=lambda: clock["window_left_ms"],
+            reserve_ms=1_000,
+            deadline_ms=lambda: 10**9,
+        )
+    )
+    outcomes = window.prefix()
+
+    # Then it was tried until the model answered: a refusal at a checkpoint is waiting, not a failure
+    assert backend.calls == ["p0", "p0", "p0"]
+    assert [o.status_code for o in outcomes] == [200]
+
+
 def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in_flight() -> None:
     import gc
 

@@ -227,14 +227,22 @@ class _Limited:
     with its Retry-After (the limiter's gate then owns that wait, `_wait` does not sleep it again);
     any other error nothing (answered at once or timed out: neither is a queue sample).
 
-    The first attempt raises `_NotStarted` instead of sending when `out_of_time()`, and an overload
-    answer is not retried any more then: the shard must commit.
+    The first attempt raises `_NotStarted` instead of sending when `out_of_time()` (the window's time is
+    up: a checkpoint, or the deadline). An overload answer is not retried any more once `must_stop()`
+    (the invocation's deadline, the batch's end, the lease lost): the shard must commit. At a mere
+    checkpoint it is retried as before: the window waits for it, and a refusal is a backend's
+    backlog, not the request's failure.
     """
 
     def __init__(
-        self, backend: ChatBackend, limiter: AdaptiveLimiter, out_of_time: Callable[[], bool]
+        self,
+        backend: ChatBackend,
+        limiter: AdaptiveLimiter,
+        out_of_time: Callable[[], bool],
+        must_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.backend, self.limiter, self.out_of_time = backend, limiter, out_of_time
+        self.must_stop = must_stop or out_of_time
         self._started = False
 
     @property
@@ -257,7 +265,7 @@ class _Limited:
                 if retry_after is not None:
                     retry_after = min(retry_after, BACKOFF_CAP_S)
                 self.limiter.release(permit, refused=True, retry_after=retry_after)
-                if error.retryable and self.out_of_time():
+                if error.retryable and self.must_stop():
                     error.retryable = False
             else:
                 self.limiter.release(permit, sample=False)
@@ -461,15 +469,18 @@ async def run_window(
     def lease_lost() -> bool:
         return lost is not None and lost()
 
+    def must_stop() -> bool:
+        return bool(endings) or lease_lost() or budget_s() < latency.estimate()
+
     def out_of_time() -> bool:
-        return bool(endings) or lease_lost() or time_left_ms() < reserve_ms or budget_s() < latency.estimate()
+        return must_stop() or time_left_ms() < reserve_ms
 
     outcomes: list[Outcome | None] = [None] * len(requests)
     finished = dict.fromkeys(_COUNTS, 0)
 
     async def one(index: int, request: Request) -> None:
         request_id = ids.request_id(batch_id, request.line)
-        limited = _Limited(timed, limiter, out_of_time)
+        limited = _Limited(timed, limiter, out_of_time, must_stop)
         try:
             body = await call_backend(limited, request.body)
             outcome = Outcome(request, 200, body, body.get("id") or request_id)
