@@ -56,7 +56,9 @@ def stack() -> Iterator[LocalStack]:
         # At most 6 shard workers at once (the template's default is 20): each execution environment
         # loads the model (about 1 GB resident), and 20 of them on this machine's 2 cores and 24 GB
         # ran it out of memory; the crashes still find fresh environments to retry in.
-        parameter_overrides={"ShardSize": "4", "MaxShardWorkers": "6"},
+        # Every worker for the one account (AccountShardShare 1): the suite is about faults, and a
+        # share's waits (5 s re-sends) would stretch its cancel cases' timing.
+        parameter_overrides={"ShardSize": "4", "MaxShardWorkers": "6", "AccountShardShare": "1"},
         function_environment=FAST_RECOVERY,
     ) as running:
         yield running
