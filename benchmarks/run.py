@@ -10,9 +10,11 @@ then the AWS calls per 1,000 requests by operation and the cost per million requ
    raw batched-decode ceiling (benchmarks/ceiling.py);
 3. prepare: validation + sharding vs raw `json.loads`; peak RSS at 10k, 100k and 1M lines;
 4. aggregation: merging shard results vs a raw S3 copy of the same bytes;
-5. AWS calls per 1,000 requests, and cost per million requests.
+5. backlog (benchmarks/backlog.py): 4 accounts' 12 batches against a server far smaller than the
+   demand, every fault at 2%: nothing lost, duplicated or failed unrun, small accounts first;
+6. AWS calls per 1,000 requests, and cost per million requests.
 
-    .venv/bin/python benchmarks/run.py                 # everything (about 25 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py                 # everything (about 35 minutes on 2 cores)
     .venv/bin/python benchmarks/run.py --only prepare,aggregation
 """
 
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.common import HEADER, Row, markdown_table
 
-SECTIONS = ("grid", "saturation", "embedded", "prepare", "aggregation", "aws")
+SECTIONS = ("grid", "saturation", "embedded", "prepare", "aggregation", "backlog", "aws")
 LATENCY_S, CAPACITY = 0.5, 48  # the simulated backend of the saturation section
 
 
@@ -244,6 +246,47 @@ def aggregation(rows: list[Row], notes: list[str]) -> None:
     )
 
 
+def backlog(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import backlog as bench
+
+    r = bench.measure()
+    counts = (r["lost"], r["duplicated"], r["unreached"])
+    rows.append(
+        Row(
+            f"backlog: {r['batches']} batches of 4 accounts + {r['probes']} probes ({r['lines']:,} lines), "
+            f"refusing C={r['capacity']} L={r['latency']:g} s, every fault at {r['rate']:g}: lines lost / "
+            "duplicated / failed without reaching the model",
+            " / ".join(str(n) for n in counts),
+            "",
+            None,
+            "0 / 0 / 0",
+            counts == (0, 0, 0),
+        )
+    )
+    fewest = min(r["fired"], key=r["fired"].get)
+    rows.append(
+        Row(
+            "backlog: the fault fired least",
+            f"{r['fired'][fewest]} ({fewest})",
+            "",
+            None,
+            f">= {bench.MIN_FIRED}",
+            r["fired"][fewest] >= bench.MIN_FIRED,
+        )
+    )
+    rows.append(
+        Row(
+            "backlog: the other accounts' last batch ended vs the big batch (s from the submit)",
+            f"{r['others_end']:.0f} s",
+            f"{r['big_end']:.0f} s",
+            r["others_end"] / r["big_end"],
+            "< 1",
+            r["others_end"] < r["big_end"],
+        )
+    )
+    notes.append("backlog: " + "; ".join(" ".join(line.split()) for line in bench.report(r)))
+
+
 def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> str:
     from benchmarks import aws_calls as bench
 
@@ -323,6 +366,8 @@ def main() -> None:
                 prepare(rows, notes)
             elif section == "aggregation":
                 aggregation(rows, notes)
+            elif section == "backlog":
+                backlog(rows, notes)
             else:
                 extra = aws_calls(rows, notes, worker_rate)
         except Exception as error:  # one broken section must not cost the others' figures
