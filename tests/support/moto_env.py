@@ -20,6 +20,7 @@ from moto import mock_aws
 from batchinfer.core import aws
 from batchinfer.core.settings import get_settings
 from batchinfer_local.functions import FunctionSpec, function_specs, load_handler, merged_environment
+from batchinfer_local.moto_atomic import serialize_item_operations
 from batchinfer_local.resources import Resources, create_resources
 from batchinfer_local.runtime import LocalLambdaContext
 from batchinfer_local.stack import DEFAULT_TEMPLATE
@@ -107,6 +108,8 @@ def moto_account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
         "AWS_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(key, value)
+    # DynamoDB applies each write atomically; moto alone does not, and tests run takers in threads.
+    serialize_item_operations()
     with mock_aws():
         for cached in (aws._session, aws._client, aws._table, get_settings):
             cached.cache_clear()  # clients made before the mock would reach for real AWS
