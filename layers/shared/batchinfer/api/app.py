@@ -20,7 +20,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Serve
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api import auth, batches, files, models, uploads
-from batchinfer.api.errors import ApiError
+from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
 from batchinfer.wire.messages import describe, loc_path
@@ -181,6 +181,12 @@ def _not_found(error: NotFoundError) -> Response:
 
 @app.exception_handler(Exception)
 def _unexpected(error: Exception) -> Response:
+    if (aws_code := aws_unavailable(error)) is not None:
+        # AWS shedding load past botocore's retries: the caller retries (the `openai` SDK by itself).
+        logger.warning(
+            "AWS unavailable", extra={"aws_error_code": aws_code, "exception": type(error).__name__}
+        )
+        return _api_error(ServiceUnavailable())
     # Before authentication, only the request itself can have failed to parse (a multipart body without
     # a boundary, a body that is not UTF-8...): the caller's mistake, a 400. After it, it is our bug.
     if not auth.authenticated() and isinstance(error, ValueError):
