@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.retries.standard import ExponentialBackoff
+from openai import OpenAI
 
 from batchinfer.core import aws
 from batchinfer.core.chaos import _Raw
 from batchinfer.data import accounts, batches, files, keys
 from batchinfer.data.table import handle
+from batchinfer_local.functions import HttpApiEventSpec
+from batchinfer_local.http import HttpApiServer, Route, Router
 from support.moto_env import Aws, load_event
 
 KEY = "sk-bi-sample-key-for-sam-local-invoke"  # the key of the sample API events
@@ -107,9 +112,9 @@ def uploaded(api: Aws) -> str:
 
 @pytest.fixture
 def fail_calls() -> Iterator[Callable[..., list[str]]]:
-    """`fail_calls(client, operation, answer, when=...)`: every attempt of `operation` on `client`
-    (whose request body passes `when`) is answered `answer` (status, headers, body); returns the
-    list the attempts are logged to."""
+    """`fail_calls(client, operation, answer, when=..., times=...)`: every attempt of `operation` on
+    `client` (whose request body passes `when`), or the first `times` of them, is answered `answer`
+    (status, headers, body); returns the list the failed attempts are logged to."""
     removals: list[Callable[[], None]] = []
 
     def install(
@@ -117,12 +122,15 @@ def fail_calls() -> Iterator[Callable[..., list[str]]]:
         operation: str,
         answer: tuple[int, dict[str, str], bytes],
         when: Callable[[bytes], bool] = lambda body: True,
+        times: int | None = None,
     ) -> list[str]:
         attempts: list[str] = []
         name = f"before-send.{client.meta.service_model.endpoint_prefix}.{operation}"
 
         def answer_with_fault(request: Any, **_: Any) -> AWSResponse | None:
             if isinstance(request.body, bytes | bytearray) and not when(bytes(request.body)):
+                return None
+            if times is not None and len(attempts) >= times:
                 return None
             attempts.append(operation)
             # botocore calls every `before-send` handler: point the request where in-process moto does
@@ -295,3 +303,63 @@ def test_a_client_error_that_is_not_load_stays_a_500(api: Aws, monkeypatch: pyte
     response = api.invoke("ApiFunction", event("GET", "/v1/batches/batch_0123456789abcdef01234567"))
 
     assert response["statusCode"] == 500
+
+
+class InProcessApi:
+    """The API function in-process (in the test's moto account) as the local HTTP API's `Invoker`."""
+
+    def __init__(self, aws_account: Aws) -> None:
+        self.aws, self.spec = aws_account, aws_account.specs["ApiFunction"]
+        self.lock = threading.Lock()  # one invocation at a time, as one execution environment
+
+    def invoke(self, event: Any, *, block: bool = True) -> Any:
+        with self.lock:
+            return self.aws.invoke("ApiFunction", event)
+
+
+@pytest.fixture
+def sdk(api: Aws) -> Iterator[tuple[OpenAI, list[int]]]:
+    """The `openai` SDK (its default retries) on the local HTTP API stand-in serving the API function,
+    and the HTTP statuses it received, in order."""
+    route = Route.of(InProcessApi(api), HttpApiEventSpec(name="Api", Path="/v1/{proxy+}"))  # type: ignore[arg-type]
+    server = HttpApiServer(Router([route]), "123456789012", port=0)
+    server.start()
+    statuses: list[int] = []
+    http = httpx2.Client(event_hooks={"response": [lambda response: statuses.append(response.status_code)]})
+    try:
+        yield OpenAI(base_url=f"{server.base_url}/v1", api_key=KEY, http_client=http), statuses
+    finally:
+        http.close()
+        server.stop()
+
+
+def test_the_openai_sdk_retries_a_503_by_itself_and_gets_one_file_and_one_batch(
+    api: Aws, sdk: tuple[OpenAI, list[int]], fail_calls: Callable[..., list[str]], tmp_path: Any
+) -> None:
+    client, statuses = sdk
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(LINE)
+    # Each create's first request fails past botocore's retries, the SDK's second one succeeds
+    slowed = fail_calls(aws.client("s3"), "PutObject", S3_SLOW_DOWN, times=ATTEMPTS)
+    uploaded = client.files.create(file=path.open("rb"), purpose="batch")
+    throttled = fail_calls(aws.table().meta.client, "TransactWriteItems", DYNAMODB_THROTTLE, times=ATTEMPTS)
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    read = fail_calls(
+        aws.table().meta.client,
+        "GetItem",
+        DYNAMODB_THROTTLE,
+        when=lambda body: batch.id.encode() in body,
+        times=ATTEMPTS,
+    )
+    retrieved = client.batches.retrieve(batch.id)
+
+    assert (len(slowed), len(throttled), len(read)) == (ATTEMPTS, ATTEMPTS, ATTEMPTS)
+    assert statuses == [503, 200] * 3  # each call: one 503, then the SDK's own retry
+    assert retrieved == batch
+    assert (uploaded.bytes, uploaded.filename, uploaded.purpose) == (len(LINE), "in.jsonl", "batch")
+    assert (batch.status, batch.input_file_id) == ("validating", uploaded.id)
+    listed, _ = files.page("default", limit=10)
+    assert [f.id for f in listed] == [uploaded.id]  # one file, one batch: the 503s stored nothing
+    assert header_count() == 1
