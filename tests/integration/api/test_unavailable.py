@@ -269,6 +269,22 @@ def test_an_upload_retried_with_its_idempotency_key_is_one_file(api: Aws) -> Non
     )
 
 
+def test_a_bad_request_whose_key_lookup_is_throttled_is_a_503(
+    api: Aws, fail_calls: Callable[..., list[str]]
+) -> None:
+    # Request validation runs before the auth middleware; its 400 first looks the key up (a 401 first)
+    attempts = fail_calls(
+        aws.table().meta.client, "GetItem", DYNAMODB_THROTTLE, when=lambda body: b"KEY#" in body
+    )
+
+    response = api.invoke(
+        "ApiFunction", event("POST", "/v1/batches", b"{", {"content-type": "application/json"})
+    )
+
+    assert_unavailable(response)
+    assert attempts == ["GetItem"] * ATTEMPTS
+
+
 def test_a_plain_bug_stays_a_500(api: Aws, uploaded: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(batch_id: str, **_: Any) -> None:
         raise KeyError("status")
