@@ -3,24 +3,36 @@
 Every failure is one exception type the CLI can print as one line: `ApiError` (an HTTP answer of
 4xx/5xx, with the server's OpenAI error envelope `{"error": {"message", "type", "param", "code"}}`
 read out, or API Gateway's `{"message": ...}`) or `Unreachable` (no answer at all).
+
+A 503 (the service's storage shedding load) is retried after its `Retry-After`, as the `openai` SDK
+does (tenacity); creates send an `Idempotency-Key` (one per call, the same on its retries), so a retry
+after a 503 never makes a second file or batch.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 # Files above this go through the Uploads API: a request carries at most 6 MB into Lambda, and
 # API Gateway base64-encodes a multipart body (4/3 of its size) in the invocation event.
 SINGLE_REQUEST_BYTES = 4 * 1024 * 1024
+# Attempts of a request answered 503 (the openai SDK's default is 3): the API has already retried
+# each AWS call 5 times, so a 503 is rare and two in a row rarer still.
+UNAVAILABLE_ATTEMPTS = 5
+# The wait before retrying a 503 without a usable `Retry-After` (seconds), and the longest one honoured.
+DEFAULT_RETRY_AFTER_S, MAX_RETRY_AFTER_S = 1.0, 60.0
 
 
 class ApiError(Exception):
@@ -31,10 +43,18 @@ class ApiError(Exception):
     """
 
     def __init__(
-        self, status: int, message: str, *, code: str | None = None, param: str | None = None, url: str = ""
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        url: str = "",
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.url = status, message, code, param, url
+        self.retry_after = retry_after  # seconds, from the `Retry-After` header (None: absent or a date)
 
     @classmethod
     def of(cls, response: httpx.Response) -> ApiError:
@@ -56,7 +76,27 @@ class ApiError(Exception):
                 message = body["message"]
         elif response.text.strip():
             message = response.text.strip().splitlines()[0][:300]
-        return cls(response.status_code, message, code=code, param=param, url=str(response.request.url))
+        try:
+            retry_after: float | None = float(response.headers.get("retry-after", ""))
+        except ValueError:
+            retry_after = None
+        return cls(
+            response.status_code,
+            message,
+            code=code,
+            param=param,
+            url=str(response.request.url),
+            retry_after=retry_after,
+        )
+
+
+def _retry_after(state: RetryCallState) -> float:
+    """Seconds before the next attempt: the 503's `Retry-After` (within 0 and `MAX_RETRY_AFTER_S`)."""
+    error = state.outcome.exception() if state.outcome else None
+    seconds = getattr(error, "retry_after", None)
+    if seconds is None or not math.isfinite(seconds):
+        return DEFAULT_RETRY_AFTER_S
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 class Unreachable(Exception):
@@ -101,12 +141,24 @@ class BatchClient:
             ) from None
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request to `path` (relative to base_url, or absolute); raises ApiError on >= 400."""
-        with self._calling():
-            response = self.http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise ApiError.of(response)
+        """A request to `path` (relative to base_url, or absolute), tried again after `Retry-After`
+        while it is answered 503, up to `UNAVAILABLE_ATTEMPTS` times; raises ApiError on >= 400."""
+        for attempt in Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.status == 503),
+            stop=stop_after_attempt(UNAVAILABLE_ATTEMPTS),
+            wait=_retry_after,
+            reraise=True,
+        ):
+            with attempt:
+                with self._calling():
+                    response = self.http.request(method, path, **kwargs)
+                if response.status_code >= 400:
+                    raise ApiError.of(response)
         return response
+
+    def _create(self, path: str, **kwargs: Any) -> Any:
+        """POST a create with a fresh `Idempotency-Key`: its retries return the first attempt's object."""
+        return self._json("POST", path, headers={"Idempotency-Key": str(uuid.uuid4())}, **kwargs)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -118,13 +170,12 @@ class BatchClient:
         size = path.stat().st_size
         if size > self.single_request_bytes:
             return self.upload_large(path, size)
-        with path.open("rb") as handle:
-            return self._json(
-                "POST",
-                "/files",
-                data={"purpose": "batch"},
-                files={"file": (path.name, handle, "application/jsonl")},
-            )
+        # Bytes, not the open file: a retry sends them again (at most `single_request_bytes`).
+        return self._create(
+            "/files",
+            data={"purpose": "batch"},
+            files={"file": (path.name, path.read_bytes(), "application/jsonl")},
+        )
 
     def upload_large(self, path: Path, size: int) -> dict[str, Any]:
         """POST /uploads, PUT the bytes to its presigned `upload_url`, then complete: the File object."""
@@ -183,7 +234,7 @@ class BatchClient:
             body["metadata"] = metadata
         if output_expires_after is not None:
             body["output_expires_after"] = {"anchor": "created_at", "seconds": output_expires_after}
-        return self._json("POST", "/batches", json=body)
+        return self._create("/batches", json=body)
 
     def retrieve(self, batch_id: str) -> dict[str, Any]:
         """GET /batches/{id}: the Batch object."""

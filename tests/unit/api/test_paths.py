@@ -133,6 +133,7 @@ def test_keys_are_random_and_stored_as_sha256() -> None:
 
 def test_documented_responses_list_the_error_envelopes() -> None:
     responses = documented(None, 404, 429)
-    assert sorted(responses) == [200, 400, 401, 404, 429]
+    assert sorted(responses) == [200, 400, 401, 404, 429, 503]
     assert responses[429]["headers"]["Retry-After"]["schema"] == {"type": "integer"}
+    assert responses[503]["headers"]["Retry-After"]["schema"] == {"type": "integer"}
     assert responses[200] == {"description": "Successful Response"}

@@ -20,7 +20,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Serve
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api import auth, batches, files, models, uploads
-from batchinfer.api.errors import ApiError
+from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
 from batchinfer.wire.messages import describe, loc_path
@@ -119,6 +119,10 @@ def _unauthenticated() -> Response | None:
         auth.authenticate(dict(app.current_event.headers or {}))
     except ApiError as error:
         return _api_error(error)
+    except Exception as error:  # the key's lookup itself failed (raised here, it would be Lambda's 500)
+        if aws_unavailable(error) is None:
+            raise
+        return _unavailable(error)
     return None
 
 
@@ -179,8 +183,19 @@ def _not_found(error: NotFoundError) -> Response:
     )
 
 
+def _unavailable(error: Exception) -> Response:
+    """The 503 of AWS shedding load past botocore's retries (`errors.aws_unavailable`), logged as a
+    warning with its AWS code: the caller retries (the `openai` SDK by itself), nothing is broken."""
+    logger.warning(
+        "AWS unavailable", extra={"aws_error_code": aws_unavailable(error), "exception": type(error).__name__}
+    )
+    return _api_error(ServiceUnavailable())
+
+
 @app.exception_handler(Exception)
 def _unexpected(error: Exception) -> Response:
+    if aws_unavailable(error) is not None:
+        return _unavailable(error)
     # Before authentication, only the request itself can have failed to parse (a multipart body without
     # a boundary, a body that is not UTF-8...): the caller's mistake, a 400. After it, it is our bug.
     if not auth.authenticated() and isinstance(error, ValueError):

@@ -35,6 +35,21 @@ class Unauthorized(ApiError):
         super().__init__(message, code=code, headers=dict(WWW_AUTHENTICATE))
 
 
+def idempotency_key(headers: dict[str, str]) -> str | None:
+    """The request's `Idempotency-Key` header (any case), or None. A create carrying one names its
+    object by (account, key), so a retry returns what the first attempt created (Stripe's and
+    Stainless SDKs' header; the `openai` SDK sends it when given `extra_headers`).
+    Raises `ApiError` (400 `invalid_idempotency_key`) unless it is 1 to 255 printable characters."""
+    key = next((value for name, value in headers.items() if name.lower() == "idempotency-key"), None)
+    if key is not None and not (1 <= len(key) <= 255 and key.isprintable()):
+        raise ApiError(
+            "Idempotency-Key must be 1 to 255 printable characters",
+            code="invalid_idempotency_key",
+            param="Idempotency-Key",
+        )
+    return key
+
+
 def authenticate(headers: dict[str, str]) -> ApiKey:
     """The live API key of a request's headers; raises `Unauthorized`."""
     token = bearer_token(headers)

@@ -12,8 +12,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from batchinfer.api import links, tokenhub
-from batchinfer.api.auth import current_account
-from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented
+from batchinfer.api.auth import current_account, idempotency_key
+from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, aws_unavailable, documented
 from batchinfer.core import ids
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
@@ -68,16 +68,27 @@ def owned_batch(batch_id: str) -> BatchHeader:
 def _batch_id(account_id: str) -> str:
     """A new batch id, or the one an `Idempotency-Key` header names: a retried create (same key, same
     account) returns the batch the first attempt created instead of starting a second one."""
-    key = router.current_event.get_header_value("idempotency-key", case_sensitive=False)
-    if key is None:
-        return ids.new_batch_id()
-    if not 1 <= len(key) <= 255 or not key.isprintable():
-        raise ApiError(
-            "Idempotency-Key must be 1 to 255 printable characters",
-            code="invalid_idempotency_key",
-            param="Idempotency-Key",
-        )
-    return ids.idempotent_batch_id(account_id, key)
+    key = idempotency_key(dict(router.current_event.headers or {}))
+    return ids.new_batch_id() if key is None else ids.idempotent_batch_id(account_id, key)
+
+
+def _stored_despite(error: Exception, batch_id: str, account_id: str) -> BatchHeader:
+    """The header of `batch_id` when its create took effect although an AWS call of it failed past
+    its retries (`errors.aws_unavailable`: the header's transaction answered 5xx or timed out after
+    committing, or the prepare message could not be sent): the create succeeded, and a `validating`
+    batch without its prepare message is the sweeper's to re-send (`pipeline.sweep`). Raises `error`
+    again when the batch is not stored (nothing was created: the caller's retry is safe, a 503), when
+    the read fails too, or when `error` is not AWS being unavailable."""
+    if aws_unavailable(error) is None:
+        raise error
+    try:
+        stored = batches.get(batch_id)
+    except Exception:
+        raise error from None
+    if stored is None or stored.account_id != account_id:
+        raise error
+    logger.warning("batch stored although its create failed", extra={"batch_id": batch_id})
+    return stored
 
 
 CREATE_RESPONSES = {
@@ -138,6 +149,8 @@ def create_batch(request: CreateBatchRequest) -> Response[Batch]:
         raise TooManyRequests(
             error.reached + remedy, code=error.code, retry_after=error.retry_after
         ) from None
+    except Exception as error:  # AWS unavailable: answered 503 unless the batch was in fact stored
+        item = _stored_despite(error, batch_id, account_id)
     tokenhub_dialect = request.input_source != "file" or plan.output_target != "file"
     return Response(
         status_code=202 if tokenhub_dialect else 200, content_type="application/json", body=batch_view(item)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from botocore.exceptions import ClientError
+from botocore.retries.standard import ThrottledRetryableChecker, TransientRetryableChecker
+
+from batchinfer.data.table import TransactionConflict, cancellation_reasons
 from batchinfer.wire.openai import ErrorEnvelope
 
 
@@ -51,6 +55,68 @@ class TooManyRequests(ApiError):
         super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
 
 
+class ServiceUnavailable(ApiError):
+    """503 with `Retry-After`: an AWS call of the request failed past botocore's retries (see
+    `aws_unavailable`). Nothing of AWS's own text reaches the caller."""
+
+    status = 503
+    type = "server_error"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The service is temporarily unavailable (its storage is shedding load); retry the request.",
+            code="service_unavailable",
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+        )
+
+
+# DynamoDB's capacity is per second (read/write units, and the burst an on-demand table absorbs) and so
+# is S3's per-prefix request rate: a second later is a fresh second of capacity. botocore has already
+# backed off for several seconds (5 attempts), so a longer wait buys little; the `openai` SDK waits
+# exactly this long (a Retry-After of 0 < s <= 120 replaces its own backoff).
+UNAVAILABLE_RETRY_AFTER_S = 1
+# Botocore's own lists (`botocore.retries.standard`, what its standard retry mode retries): throttling
+# codes, transient codes and HTTP statuses 500/502/503/504, and no answer at all (its ConnectionError
+# family: EndpointConnectionError, ConnectTimeoutError; HTTPClientError: ReadTimeoutError...).
+_THROTTLING_CODES = frozenset(ThrottledRetryableChecker._THROTTLED_ERROR_CODES)
+_TRANSIENT_CODES = frozenset(TransientRetryableChecker._TRANSIENT_ERROR_CODES)
+_TRANSIENT_STATUSES = frozenset(TransientRetryableChecker._TRANSIENT_STATUS_CODES)
+_NO_ANSWER = TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS
+# A DynamoDB transaction cancelled only for load or contention (the other reasons are "None"):
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+_TRANSIENT_CANCELLATIONS = frozenset(
+    {"None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
+
+
+def aws_unavailable(error: BaseException) -> str | None:
+    """The AWS error code (or exception class name) of `error` when it is AWS shedding load or not
+    answering, the request worth retrying as it is; None for anything else (a bug: a 500).
+
+    Throttling, transient codes and 5xx statuses are botocore's standard retry mode's own lists
+    (`botocore.retries.standard`: `ThrottledRetryableChecker`, `TransientRetryableChecker`), so what
+    botocore retried and gave up on is exactly what this names; `TransactionCanceledException` counts
+    when every cancellation reason is load or contention, and so does `data.table.TransactionConflict`
+    (a transaction conflicting past its retries). E.g. "ProvisionedThroughputExceededException",
+    "SlowDown", "ReadTimeoutError".
+    """
+    if isinstance(error, TransactionConflict):
+        return "TransactionConflict"
+    if isinstance(error, _NO_ANSWER):
+        return type(error).__name__
+    if not isinstance(error, ClientError):
+        return None
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in _THROTTLING_CODES or code in _TRANSIENT_CODES or status in _TRANSIENT_STATUSES:
+        return code or str(status)
+    if code == "TransactionCanceledException":
+        reasons = set(cancellation_reasons(error))
+        if reasons <= _TRANSIENT_CANCELLATIONS and reasons != {"None"}:
+            return code
+    return None
+
+
 _DESCRIPTIONS = {
     400: "Bad request (OpenAI error envelope; `param` names the field)",
     401: "Missing, unknown or revoked API key",
@@ -58,6 +124,7 @@ _DESCRIPTIONS = {
     404: "No such object for this account",
     409: "The object is in a state that does not allow this",
     429: "Over a rate limit; see Retry-After",
+    503: "AWS storage shedding load or not answering; retry after Retry-After seconds",
 }
 
 
@@ -65,16 +132,17 @@ def documented(
     success: dict[str, Any] | None = None, *codes: int, links: dict[str, dict[str, Any]] | None = None
 ) -> dict[int, dict[str, Any]]:
     """OpenAPI `responses` of a route: its success response (default: 200 with the return type)
-    with `links` (see `batchinfer.api.links`), plus 400, 401 and `codes`, each an `ErrorEnvelope`."""
+    with `links` (see `batchinfer.api.links`), plus 400, 401, 503 (every route reads the key from
+    DynamoDB) and `codes`, each an `ErrorEnvelope`."""
     responses: dict[int, dict[str, Any]] = {200: success or {"description": "Successful Response"}}
     if links:
         responses[200] = {**responses[200], "links": links}
-    for code in sorted({400, 401, *codes}):
+    for code in sorted({400, 401, 503, *codes}):
         responses[code] = {
             "description": _DESCRIPTIONS[code],
             "content": {"application/json": {"model": ErrorEnvelope}},
         }
-        if code == 429:
+        if code in (429, 503):
             responses[code]["headers"] = {
                 "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
             }

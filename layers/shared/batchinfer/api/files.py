@@ -13,8 +13,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path, Query, UploadFile
 
 from batchinfer.api import links
-from batchinfer.api.auth import current_account
-from batchinfer.api.errors import ApiError, NotFound, documented
+from batchinfer.api.auth import current_account, idempotency_key
+from batchinfer.api.errors import ApiError, NotFound, aws_unavailable, documented
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3
@@ -74,15 +74,28 @@ def upload_file(
             code="invalid_file_format",
             param="file",
         )
+    account_id = current_account()
+    key = idempotency_key(dict(router.current_event.headers or {}))
+    file_id = ids.new_file_id() if key is None else ids.idempotent_file_id(account_id, key)
+    if key is not None and (first := files.get(file_id, consistent=True)) is not None:
+        return file_object(first)  # a retry: the first attempt's file, whatever this one sent
     item = new_file_record(
-        file_id=ids.new_file_id(),
-        size=len(file.content),
-        purpose=purpose,
-        filename=filename,
-        account_id=current_account(),
+        file_id=file_id, size=len(file.content), purpose=purpose, filename=filename, account_id=account_id
     )
     s3.put_bytes(item.bucket, item.key, file.content)
-    files.put(item)
+    try:
+        files.put(item)
+    except Exception as error:
+        # The record's PutItem failed past its retries; a 5xx or a timeout may still have stored it:
+        # then the file exists and this is its answer (a 503 would have the caller upload a second).
+        if aws_unavailable(error) is None:
+            raise
+        try:
+            stored = files.get(file_id, consistent=True)
+        except Exception:
+            raise error from None
+        if stored is None:
+            raise
     return file_object(item)
 
 

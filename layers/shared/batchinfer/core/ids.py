@@ -48,3 +48,8 @@ def request_id(batch_id: str, line: int) -> str:
 def idempotent_batch_id(account_id: str, idempotency_key: str) -> str:
     """The batch id of a create carrying an `Idempotency-Key` header (scoped to the account)."""
     return f"batch_{_digest('idempotency', account_id, idempotency_key)}"
+
+
+def idempotent_file_id(account_id: str, idempotency_key: str) -> str:
+    """The file id of an upload carrying an `Idempotency-Key` header (scoped to the account)."""
+    return f"file-{_digest('idempotency', 'file', account_id, idempotency_key)}"

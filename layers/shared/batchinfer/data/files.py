@@ -22,9 +22,9 @@ def put(record: FileRecord) -> None:
     )
 
 
-def get(file_id: str) -> FileRecord | None:
-    """A file record (eventually consistent read), or None."""
-    item = handle().get_item(Key=keys.file(file_id)).get("Item")
+def get(file_id: str, *, consistent: bool = False) -> FileRecord | None:
+    """A file record (eventually consistent read unless `consistent`), or None."""
+    item = handle().get_item(Key=keys.file(file_id), ConsistentRead=consistent).get("Item")
     return FileRecord.model_validate(item) if item else None
 
 
