@@ -92,7 +92,9 @@ def test_a_repeated_create_returns_the_first_batch_and_sends_prepare_again(moto_
     first = create(batch_id, name="first")
     # The same id again (a retried request, a repeated S3 event), with other fields: the stored batch wins
     again = create(batch_id, name="second", completion_window="1h", at=AT + 60)
-    assert again == first == batches.get(batch_id)
+    stored = batches.get(batch_id)
+    assert again == first == stored.model_copy(update={"prepare_queued_at": AT})
+    assert stored.prepare_queued_at == AT + 60  # its message waits from the second send
     assert accounts.active_batches("acct") == 1
     # Still validating: the first attempt may have died before its message was sent
     assert moto_aws.messages("PrepareQueue") == [{"batch_id": batch_id}] * 2
