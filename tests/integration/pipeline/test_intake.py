@@ -137,3 +137,20 @@ def test_an_account_at_its_limit_is_refused_and_nothing_is_sent(
     assert (raised.value.kind, raised.value.limit, raised.value.retry_after) == (kind, limit, retry_after)
     assert batches.get(refused) is None
     assert moto_aws.messages("PrepareQueue") == [{"batch_id": first}]
+
+
+def test_a_prepare_message_that_could_not_be_sent_is_not_taken_for_waiting(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given SQS refusing the prepare message of a new batch
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("SQS refused 1 message(s)")
+
+    monkeypatch.setattr(intake.sqs, "send", refuse)
+    batch_id = ids.new_batch_id()
+    with pytest.raises(RuntimeError, match="SQS refused"):
+        create(batch_id)
+    # Then the batch is stored with no message recorded as waiting: the sweeper sends one once quiet
+    stored = batches.get(batch_id)
+    assert (stored.status, stored.prepare_queued_at) == ("validating", None)
+    assert moto_aws.messages("PrepareQueue") == []

@@ -165,15 +165,17 @@ _PREPARE_FREE = "(attribute_not_exists(prepare_lease_until) OR prepare_lease_unt
 
 
 def _prepare_write(batch_id: str, update: str, condition: str, values: dict[str, Any], **params: Any) -> Any:
-    """One conditional UpdateItem of the header's prepare attributes (`#status` named): its response,
-    or None when `condition` failed."""
+    """One conditional UpdateItem of the header's prepare attributes (with `_PREPARABLE`'s names and
+    values when `condition` has it): its response, or None when `condition` failed."""
+    if _PREPARABLE in condition:
+        params["ExpressionAttributeNames"] = {"#status": "status"}
+        values = {**_PREPARABLE_VALUES, **values}
     return conditional(
         handle().update_item,
         Key=keys.batch(batch_id),
         UpdateExpression=update,
         ConditionExpression=condition,
-        ExpressionAttributeNames={"#status": "status"},
-        ExpressionAttributeValues={**_PREPARABLE_VALUES, **values},
+        ExpressionAttributeValues=values,
         **params,
     )
 
@@ -220,16 +222,7 @@ def release_prepare(batch_id: str, *, owner: str, finished: bool) -> bool:
     when `owner` does not hold it (nothing changed)."""
     update = "REMOVE prepare_lease_until" if finished else "SET prepare_lease_until = :lapsed"
     values: dict[str, Any] = {":owner": owner} | ({} if finished else {":lapsed": 0})
-    return (
-        conditional(
-            handle().update_item,
-            Key=keys.batch(batch_id),
-            UpdateExpression=update,
-            ConditionExpression="prepare_owner = :owner",
-            ExpressionAttributeValues=values,
-        )
-        is not None
-    )
+    return _prepare_write(batch_id, update, "prepare_owner = :owner", values) is not None
 
 
 def queue_prepare(batch_id: str, *, at: int) -> bool:
