@@ -26,7 +26,7 @@ from batchinfer.wire.status import BatchStatus
 from support.api_stack import MODEL, chat_line, jsonl
 from support.data import batch_header
 from support.moto_env import Aws
-from support.pipeline import create
+from support.pipeline import create, prepare_failing
 
 FIVE = jsonl(*(chat_line(f"r{i}", f"Say {i}.") for i in range(1, 6)))
 SEVEN = jsonl(*(chat_line(f"r{i}", f"Say {i}.") for i in range(1, 8)))
@@ -134,13 +134,7 @@ def test_a_prepare_that_died_before_starting_the_batch_is_redone_whole(
     # Given a first attempt that wrote every shard and died before its status write
     batch_id = create(moto_aws, FIVE, monkeypatch)
 
-    def die(*args: object, **kwargs: object) -> None:
-        raise TimeoutError("the Lambda timed out")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(prepare.batches, "transition", die)
-        with pytest.raises(TimeoutError):
-            prepare.prepare_batch(batch_id)
+    prepare_failing(batch_id, prepare.batches, "transition", TimeoutError("the Lambda timed out"))
     first = [s3.get_bytes(moto_aws.bucket, key) for key in shard_objects(moto_aws, batch_id)]
     # When it is redelivered: the same shards, the batch started, every shard sent
     assert prepare.prepare_batch(batch_id) == "in_progress"
@@ -336,13 +330,7 @@ def test_a_prepare_that_failed_before_sending_its_shards_is_redone_by_the_next(
     # at once, still present: the next prepare knows the messages may be unsent)
     batch_id = create(moto_aws, FIVE, monkeypatch)
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("SQS refused 3 message(s)")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(prepare.sqs, "send", refuse)
-        with pytest.raises(RuntimeError):
-            prepare.prepare_batch(batch_id)
+    prepare_failing(batch_id, prepare.sqs, "send", RuntimeError("SQS refused 3 message(s)"))
     assert (batches.get(batch_id).status, batches.get(batch_id).prepare_lease_until) == ("in_progress", 0)
     assert moto_aws.messages("ShardsQueue") == []
     # When its message is redelivered: every pending shard is sent, once (they looked queued)

@@ -20,7 +20,7 @@ from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
 from support.data import reads
 from support.moto_env import Aws
-from support.pipeline import create, prepared, result_lines, run_shard
+from support.pipeline import create, prepare_failing, prepared, result_lines, run_shard
 from support.scripted import SCRIPTED, scripted_model
 
 NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
@@ -133,14 +133,7 @@ def test_a_prepare_that_died_is_sent_again_once_its_lease_lapsed(
     monkeypatch.setenv("STUCK_AFTER_SECONDS", "10")
     batch_id = create(moto_aws, lines(3), monkeypatch)
     if death == "raised":
-
-        def die(*args: object, **kwargs: object) -> None:
-            raise TimeoutError("the Lambda timed out")
-
-        with monkeypatch.context() as patch:
-            patch.setattr(prepare.s3, "put_bytes", die)
-            with pytest.raises(TimeoutError):
-                prepare.prepare_batch(batch_id)
+        prepare_failing(batch_id, prepare.s3, "put_bytes", TimeoutError("the Lambda timed out"))
     else:
         assert batches.claim_prepare(batch_id, owner="dead", lease_seconds=60) is not None
 
