@@ -242,6 +242,29 @@ def test_a_request_refused_at_a_checkpoint_is_retried_not_failed() -> None:
     assert [o.status_code for o in outcomes] == [200]
 
 
+def test_a_window_whose_checkpoint_passed_before_its_first_launch_still_runs_its_first_request() -> None:
+    # Given a window whose time to its checkpoint was up before any request was launched (a short
+    # checkpoint on a loaded machine), with the invocation's deadline far
+    backend = ScriptedBackend()
+
+    # When it runs three requests
+    window = asyncio.run(
+        worker.run_window(
+            backend,
+            _requests(3),
+            "batch_x",
+            concurrency=1,
+            time_left_ms=lambda: 0,
+            reserve_ms=1_000,
+            deadline_ms=lambda: 10**9,
+        )
+    )
+
+    # Then the first one ran (a window always makes progress) and the rest wait for the next window
+    assert backend.calls == ["p0"]
+    assert [o.request.custom_id for o in window.prefix()] == ["c0"]
+
+
 def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in_flight() -> None:
     import gc
 

@@ -438,7 +438,8 @@ async def run_window(
     `batchinfer.backends.limiter.AdaptiveLimiter`) between 1 and `concurrency`: cut on 429/503 answers,
     on latency that shows a queue, and on Retry-After, grown back on successes, so the backend is kept
     full without being flooded or queued. Stops launching when `time_left_ms()` (this window's time, e.g. to a
-    checkpoint) drops under `reserve_ms`.
+    checkpoint) drops under `reserve_ms`, but for the first request: it is launched unless the
+    invocation must stop (the deadline, the batch's end, the lease lost), so every window makes progress.
 
     The per-request deadline (issue 12) is the invocation's remaining time `deadline_ms()` (default
     `time_left_ms`) minus `reserve_ms`: no request is launched that the backend's observed latency
@@ -481,7 +482,9 @@ async def run_window(
 
     async def one(index: int, request: Request) -> None:
         request_id = ids.request_id(batch_id, request.line)
-        limited = _Limited(timed, limiter, out_of_time, must_stop)
+        # The first request (first in line for a permit) goes unless the invocation must stop: a window
+        # always makes progress, however short its checkpoint or busy the machine.
+        limited = _Limited(timed, limiter, must_stop if index == 0 else out_of_time, must_stop)
         try:
             body = await call_backend(limited, request.body)
             outcome = Outcome(request, 200, body, body.get("id") or request_id)
