@@ -51,6 +51,19 @@ def prepared(
     return batch_id
 
 
+def prepare_failing(batch_id: str, target: object, name: str, error: Exception) -> None:
+    """`prepare.prepare_batch` with `target.name` raising `error` (a Lambda timing out, SQS refusing a
+    send ...), which must come out of it."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target, name, fail)
+        with pytest.raises(type(error)):
+            prepare.prepare_batch(batch_id)
+
+
 def run_shard(batch_id: str, shard: int, *, time_left_ms: Any = lambda: 900_000) -> str:
     """`worker.process_shard` for one shard message, as a Lambda with `time_left_ms()` left."""
     return worker.process_shard(

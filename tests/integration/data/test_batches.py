@@ -422,3 +422,67 @@ def test_the_backfill_leaves_a_batch_that_ended_meanwhile_out(
     assert batches.backfill_open_index() == 0
     assert open_index() == []
     assert "OPENPK" not in stored("batch_old")
+
+
+# ---- the prepare lease -----------------------------------------------------------------------------
+
+
+NOW = batches.now()  # the lease's clock: the real one
+
+
+def prepare_state(batch_id: str) -> tuple[Any, ...]:
+    item = stored(batch_id)
+    return tuple(item.get(name) for name in ("prepare_owner", "prepare_lease_until", "prepare_queued_at"))
+
+
+def test_the_prepare_lease_is_held_by_one_prepare_at_a_time(moto_aws: Aws) -> None:
+    header = batch_header(prepare_queued_at=NOW)
+    assert batches.put(header)
+    # A claim takes the lease and the waiting message; a second one is refused while the lease is live
+    before = batches.claim_prepare(header.id, owner="a", lease_seconds=60)
+    assert (before.prepare_owner, before.prepare_queued_at) == (None, NOW)  # the header as it was
+    owner, until, queued = prepare_state(header.id)
+    assert (owner, queued) == ("a", None) and until >= batches.now() + 59
+    assert batches.claim_prepare(header.id, owner="b", lease_seconds=60) is None
+    assert batches.queue_prepare(header.id, at=NOW + 1) is False  # a prepare works on it: none is sent
+    # Only its owner renews it
+    assert batches.renew_prepare(header.id, owner="b", lease_seconds=60) is False
+    assert batches.renew_prepare(header.id, owner="a", lease_seconds=120) is True
+    assert prepare_state(header.id)[1] >= batches.now() + 119
+    # A busy prepare's message arrived: it waits no more (only while a live lease holds the batch)
+    aws.table().update_item(
+        Key=keys.batch(header.id),
+        UpdateExpression="SET prepare_queued_at = :t",
+        ExpressionAttributeValues={":t": NOW},
+    )
+    assert batches.unqueue_prepare(header.id) is True
+    assert prepare_state(header.id)[2] is None
+    # A failed prepare lapses its lease (still present); a finished one removes it
+    assert batches.release_prepare(header.id, owner="b", finished=False) is False
+    assert batches.release_prepare(header.id, owner="a", finished=False) is True
+    assert prepare_state(header.id) == ("a", 0, None)
+    assert batches.unqueue_prepare(header.id) is False  # no live lease
+    assert batches.claim_prepare(header.id, owner="b", lease_seconds=60).prepare_lease_until == 0
+    assert batches.release_prepare(header.id, owner="b", finished=True) is True
+    assert prepare_state(header.id) == ("b", None, None)
+    assert batches.renew_prepare(header.id, owner="b", lease_seconds=60) is False  # never revived
+
+
+def test_a_prepare_message_is_recorded_only_for_a_batch_prepare_may_act_on(moto_aws: Aws) -> None:
+    header = batch_header()
+    assert batches.put(header)
+    assert batches.queue_prepare(header.id, at=NOW) is True
+    assert batches.unqueue_prepare(header.id, at=NOW + 1) is False  # another send's record stays
+    assert prepare_state(header.id) == (None, None, NOW)
+    assert batches.unqueue_prepare(header.id, at=NOW) is True
+    assert prepare_state(header.id) == (None, None, None)
+    # The start is conditional on the lease's owner
+    assert batches.claim_prepare(header.id, owner="a", lease_seconds=60) is not None
+    assert batches.transition(header.id, BatchStatus.IN_PROGRESS, prepare_owner="b") is None
+    assert batches.transition(header.id, BatchStatus.IN_PROGRESS, prepare_owner="a") is not None
+    assert batches.transition(header.id, BatchStatus.CANCELLING) is not None
+    # Past in_progress: no claim, no record
+    assert batches.release_prepare(header.id, owner="a", finished=True) is True
+    assert batches.claim_prepare(header.id, owner="c", lease_seconds=60) is None
+    assert batches.queue_prepare(header.id, at=NOW) is False
+    assert prepare_state(header.id) == ("a", None, None)

@@ -92,7 +92,9 @@ def test_a_repeated_create_returns_the_first_batch_and_sends_prepare_again(moto_
     first = create(batch_id, name="first")
     # The same id again (a retried request, a repeated S3 event), with other fields: the stored batch wins
     again = create(batch_id, name="second", completion_window="1h", at=AT + 60)
-    assert again == first == batches.get(batch_id)
+    stored = batches.get(batch_id)
+    assert again == first == stored.model_copy(update={"prepare_queued_at": AT})
+    assert stored.prepare_queued_at == AT + 60  # its message waits from the second send
     assert accounts.active_batches("acct") == 1
     # Still validating: the first attempt may have died before its message was sent
     assert moto_aws.messages("PrepareQueue") == [{"batch_id": batch_id}] * 2
@@ -135,3 +137,20 @@ def test_an_account_at_its_limit_is_refused_and_nothing_is_sent(
     assert (raised.value.kind, raised.value.limit, raised.value.retry_after) == (kind, limit, retry_after)
     assert batches.get(refused) is None
     assert moto_aws.messages("PrepareQueue") == [{"batch_id": first}]
+
+
+def test_a_prepare_message_that_could_not_be_sent_is_not_taken_for_waiting(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given SQS refusing the prepare message of a new batch
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("SQS refused 1 message(s)")
+
+    monkeypatch.setattr(intake.sqs, "send", refuse)
+    batch_id = ids.new_batch_id()
+    with pytest.raises(RuntimeError, match="SQS refused"):
+        create(batch_id)
+    # Then the batch is stored with no message recorded as waiting: the sweeper sends one once quiet
+    stored = batches.get(batch_id)
+    assert (stored.status, stored.prepare_queued_at) == ("validating", None)
+    assert moto_aws.messages("PrepareQueue") == []

@@ -67,7 +67,10 @@ def test_prepare_sends_each_shard_in_its_accounts_group_and_so_does_a_resend(
     expected = [(ACCOUNT, {"batch_id": batch_id, "shard": n}) for n in range(12)]
     assert prepare.prepare_batch(batch_id) == "in_progress"
     assert sorted(moto_aws.grouped("ShardsQueue"), key=lambda m: m[1]["shard"]) == expected
-    # A redelivered prepare message re-sends the pending shards: in the same group
+    # A redelivered prepare message re-sends the lost shards (here each claimed by a worker that died):
+    # in the same group
+    for n in range(12):
+        assert shards.claim(batch_id, n, owner="dead", lease_seconds=-1) is not None
     assert prepare.prepare_batch(batch_id) == "resent"
     assert sorted(moto_aws.grouped("ShardsQueue"), key=lambda m: m[1]["shard"]) == expected
 
@@ -92,6 +95,7 @@ def test_the_sweepers_redrives_stay_in_the_accounts_group(
     # whose finalize message was lost
     running = prepared(moto_aws, lines(1), monkeypatch, account_id=ACCOUNT)
     assert shards.claim(running, 0, owner="dead", lease_seconds=-1) is not None
+    monkeypatch.setenv("PREPARE_WAIT_SECONDS", str(stuck))  # a message not received by then is lost
     validating = create(moto_aws, lines(1), monkeypatch, account_id="acct-other")
     finished = prepared(moto_aws, lines(1), monkeypatch, account_id=ACCOUNT)
     assert run_shard(finished, 0) == "done"

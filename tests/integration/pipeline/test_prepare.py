@@ -7,22 +7,29 @@ test_functions.py; these call the module directly. No model runs: prepare only c
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from batchinfer.core import ids
+from batchinfer.core import aws, ids
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, s3, shards
+from batchinfer.data import batches, keys, s3, shards
 from batchinfer.data.items import ResultPart
-from batchinfer.pipeline import prepare
+from batchinfer.data.table import now
+from batchinfer.pipeline import prepare, sweep
 from batchinfer.wire.status import BatchStatus
 from support.api_stack import MODEL, chat_line, jsonl
 from support.data import batch_header
 from support.moto_env import Aws
-from support.pipeline import create
+from support.pipeline import create, prepare_failing
 
 FIVE = jsonl(*(chat_line(f"r{i}", f"Say {i}.") for i in range(1, 6)))
+SEVEN = jsonl(*(chat_line(f"r{i}", f"Say {i}.") for i in range(1, 8)))
 
 
 def shard_states(batch_id: str) -> list[tuple[int, int, int, str]]:
@@ -90,27 +97,35 @@ def test_a_batch_cancelled_while_it_is_sharded_is_not_started(
     assert len(shard_states(batch_id)) == 3  # written before the start failed; the aggregator ignores them
 
 
-def test_a_repeated_prepare_of_a_running_batch_resends_only_pending_shards(
+def test_a_repeated_prepare_of_a_running_batch_resends_only_shards_neither_waiting_nor_leased(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batch_id = create(moto_aws, FIVE, monkeypatch)
+    batch_id = create(moto_aws, SEVEN, monkeypatch)
     assert prepare.prepare_batch(batch_id) == "in_progress"
-    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(3)]
-    # Given shard 1 done by a worker
-    part = ResultPart(key=s3.result_key(batch_id, 1, 0, "worker"), start=0, end=2, output_bytes=0, bytes=0)
-    assert shards.claim(batch_id, 1, owner="worker", lease_seconds=60) is not None
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(4)]
+    # Given shard 0 done, shard 1 leased by a live worker, shard 2's message still waiting in the
+    # queue (sent by prepare, never received), shard 3 claimed by a worker that died (its lease ran out)
+    part = ResultPart(key=s3.result_key(batch_id, 0, 0, "worker"), start=0, end=2, output_bytes=0, bytes=0)
+    assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
     assert shards.commit(
-        batch_id, 1, part, owner="worker", size=2, completed=2, failed=0, input_tokens=0, output_tokens=0
+        batch_id, 0, part, owner="worker", size=2, completed=2, failed=0, input_tokens=0, output_tokens=0
     )
+    assert shards.claim(batch_id, 1, owner="live", lease_seconds=60) is not None
+    assert shards.claim(batch_id, 3, owner="dead", lease_seconds=-1) is not None
     before = batches.get(batch_id)
     # When the prepare message comes again
     assert prepare.prepare_batch(batch_id) == "resent"
-    assert moto_aws.messages("ShardsQueue") == [
-        {"batch_id": batch_id, "shard": 0},
-        {"batch_id": batch_id, "shard": 2},
+    # Then only the dead worker's shard is sent again (and now waits for its message), nothing else
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": 3}]
+    assert [(s.state, s.lease_owner, s.queued_at is not None) for s in shards.query(batch_id)] == [
+        ("done", "worker", False),
+        ("pending", "live", False),
+        ("pending", None, True),
+        ("pending", "dead", True),
     ]
-    assert shard_states(batch_id) == [(0, 2, 1, "pending"), (1, 2, 3, "done"), (2, 1, 5, "pending")]
-    assert batches.get(batch_id) == before
+    assert batches.get(batch_id).model_dump(exclude={"prepare_owner"}) == before.model_dump(
+        exclude={"prepare_owner"}
+    )
 
 
 def test_a_prepare_that_died_before_starting_the_batch_is_redone_whole(
@@ -119,13 +134,7 @@ def test_a_prepare_that_died_before_starting_the_batch_is_redone_whole(
     # Given a first attempt that wrote every shard and died before its status write
     batch_id = create(moto_aws, FIVE, monkeypatch)
 
-    def die(*args: object, **kwargs: object) -> None:
-        raise TimeoutError("the Lambda timed out")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(prepare.batches, "transition", die)
-        with pytest.raises(TimeoutError):
-            prepare.prepare_batch(batch_id)
+    prepare_failing(batch_id, prepare.batches, "transition", TimeoutError("the Lambda timed out"))
     first = [s3.get_bytes(moto_aws.bucket, key) for key in shard_objects(moto_aws, batch_id)]
     # When it is redelivered: the same shards, the batch started, every shard sent
     assert prepare.prepare_batch(batch_id) == "in_progress"
@@ -220,3 +229,114 @@ def test_errors_that_would_not_fit_in_one_item_are_cut_to_a_byte_budget(
     shown = "'key0000', 'key0001', 'key0002', 'key0003', 'key0004'"
     assert data[0]["message"] == f"Line 1: body is missing (the line has {shown} and 2,995 more)."
     assert data[1]["message"] == f"Line 2: body is missing (the line has {shown} and 5 more)."
+
+
+LEASE = 2  # PREPARE_LEASE_SECONDS: beats every 2/3 s
+NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
+
+
+@contextmanager
+def paused_prepare(monkeypatch: pytest.MonkeyPatch, batch_id: str) -> Iterator[tuple[Future[str], list[str]]]:
+    """`prepare.prepare_batch` in a thread, paused once it streamed its first shard (it holds the
+    lease meanwhile); resumed when the block ends. Yields its future and the inputs read so far (one
+    batch id per `s3.iter_chunks`, by any prepare)."""
+    paused, resume, reads = threading.Event(), threading.Event(), []
+    real_put, real_chunks = s3.put_bytes, s3.iter_chunks
+
+    def put_bytes(bucket: str, key: str, data: bytes, **kwargs: object) -> None:
+        real_put(bucket, key, data, **kwargs)
+        if key == s3.shard_key(batch_id, 0):
+            paused.set()
+            assert resume.wait(30)
+
+    def iter_chunks(bucket: str, key: str, **kwargs: object) -> Iterator[bytes]:
+        reads.append(batch_id)
+        return real_chunks(bucket, key, **kwargs)
+
+    monkeypatch.setattr(prepare.s3, "put_bytes", put_bytes)
+    monkeypatch.setattr(prepare.s3, "iter_chunks", iter_chunks)
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            running = pool.submit(prepare.prepare_batch, batch_id)
+            assert paused.wait(10)
+            yield running, reads
+        finally:
+            resume.set()
+
+
+def test_a_prepare_at_work_past_stuck_after_is_neither_resent_nor_run_twice(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a prepare streaming a batch's input (paused after its first shard) longer than a lease and
+    # than the sweeper's quiet time (issue 12: a 20,000-line input takes minutes)
+    monkeypatch.setenv("PREPARE_LEASE_SECONDS", str(LEASE))
+    monkeypatch.setenv("STUCK_AFTER_SECONDS", "1")
+    batch_id = create(moto_aws, FIVE, monkeypatch)
+    with paused_prepare(monkeypatch, batch_id) as (running, reads):
+        time.sleep(LEASE + 1)
+        # Then its lease was renewed: the sweeper sends no prepare message ...
+        assert sweep.sweep() == NO_ACTIONS
+        assert moto_aws.messages("PrepareQueue") == []
+        held = batches.get(batch_id)
+        assert (held.status, held.prepare_queued_at) == ("validating", None)
+        assert now() <= held.prepare_lease_until <= now() + LEASE
+        # ... and a second delivery of its message is busy: it does not read the input
+        assert prepare.prepare_batch(batch_id) == "busy"
+        assert reads == [batch_id]
+    # When the first prepare goes on, it starts the batch and sends each shard's message once
+    assert running.result(timeout=30) == "in_progress"
+    assert reads == [batch_id]
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(3)]
+    header = batches.get(batch_id)
+    assert (header.status, header.prepare_lease_until, header.prepare_queued_at) == (
+        "in_progress",
+        None,
+        None,
+    )
+
+
+def test_a_prepare_whose_lease_was_taken_stops_and_writes_no_status(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a prepare paused mid-stream
+    monkeypatch.setenv("PREPARE_LEASE_SECONDS", str(LEASE))
+    batch_id = create(moto_aws, FIVE, monkeypatch)
+    with paused_prepare(monkeypatch, batch_id) as (running, _):
+        # When another prepare takes the lease over (as if this one had been paused past its lease)
+        aws.table().update_item(
+            Key=keys.batch(batch_id),
+            UpdateExpression="SET prepare_lease_until = :past",
+            ExpressionAttributeValues={":past": now() - 10},
+        )
+        assert batches.claim_prepare(batch_id, owner="thief", lease_seconds=60) is not None
+        time.sleep(LEASE)  # its next beats find the new owner
+    # Then it stops: no status written, no shard message sent, the thief's lease left alone
+    assert running.result(timeout=30) == "lost"
+    header = batches.get(batch_id)
+    assert (header.status, header.in_progress_at, header.shards_total, header.prepare_owner) == (
+        "validating",
+        None,
+        0,
+        "thief",
+    )
+    assert header.prepare_lease_until >= now()
+    assert moto_aws.messages("ShardsQueue") == []
+
+
+def test_a_prepare_that_failed_before_sending_its_shards_is_redone_by_the_next(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a prepare that started its batch and failed sending the shard messages (its lease lapsed
+    # at once, still present: the next prepare knows the messages may be unsent)
+    batch_id = create(moto_aws, FIVE, monkeypatch)
+
+    prepare_failing(batch_id, prepare.sqs, "send", RuntimeError("SQS refused 3 message(s)"))
+    assert (batches.get(batch_id).status, batches.get(batch_id).prepare_lease_until) == ("in_progress", 0)
+    assert moto_aws.messages("ShardsQueue") == []
+    # When its message is redelivered: every pending shard is sent, once (they looked queued)
+    assert prepare.prepare_batch(batch_id) == "resent"
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in range(3)]
+    # and once that prepare finished, another delivery finds them waiting: nothing more is sent
+    assert batches.get(batch_id).prepare_lease_until is None
+    assert prepare.prepare_batch(batch_id) == "resent"
+    assert moto_aws.messages("ShardsQueue") == []

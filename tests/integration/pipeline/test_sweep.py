@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, s3, shards
+from batchinfer.data import batches, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, ResultPart
 from batchinfer.data.table import now
 from batchinfer.pipeline import aggregate, prepare, sweep, worker
@@ -20,7 +20,7 @@ from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
 from support.data import reads
 from support.moto_env import Aws
-from support.pipeline import create, prepared, result_lines, run_shard
+from support.pipeline import create, prepare_failing, prepared, result_lines, run_shard
 from support.scripted import SCRIPTED, scripted_model
 
 NO_ACTIONS = {"expired": 0, "prepare": 0, "shards": 0, "failed_shards": 0, "finalize": 0, "past_window": 0}
@@ -94,11 +94,64 @@ def test_a_lost_finalize_is_sent_again_once_quiet(
 def test_a_quiet_validating_batch_gets_its_prepare_again(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("PREPARE_WAIT_SECONDS", str(stuck()))  # a message not received by then is lost
     batch_id = create(moto_aws, lines(3), monkeypatch)  # its prepare message lost
     assert sweep_later(stuck() - 60) == NO_ACTIONS
     assert sweep_later(stuck()) == {**NO_ACTIONS, "prepare": 1}
     assert moto_aws.messages("PrepareQueue") == [{"batch_id": batch_id}]
     assert prepare.prepare_batch(batch_id) == "in_progress"
+
+
+def test_a_prepare_message_waiting_in_a_backlog_is_never_sent_again(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch whose prepare message waits behind other batches' (sent, never received: issue 12)
+    monkeypatch.setenv("PREPARE_WAIT_SECONDS", str(5 * stuck()))  # within the 24h window here
+    batch_id = create(moto_aws, lines(3), monkeypatch)
+    prepare_message = [{"batch_id": batch_id}]
+    # (`create` took the creation's message out of the queue to check it: put back, it waits again)
+    sqs.send(get_settings().prepare_queue_url, [sqs.BatchMessage(**prepare_message[0])], group_id="default")
+
+    # When the sweeper looks again and again while the batch is quiet
+    sweeps = [sweep_later(stuck() * n) for n in (1, 2, 3, 4)]
+
+    # Then waiting is not failure: the one message still waits, no second one was sent
+    assert sweeps == [NO_ACTIONS] * 4
+    assert moto_aws.messages("PrepareQueue") == prepare_message
+    # Only a message older than `prepare_wait_seconds` is lost: then it is sent again, once
+    assert sweep_later(5 * stuck() + 1) == {**NO_ACTIONS, "prepare": 1}
+    assert sweep_later(5 * stuck() + 2) == NO_ACTIONS
+    assert moto_aws.messages("PrepareQueue") == prepare_message
+
+
+@pytest.mark.parametrize("death", ["raised", "killed"])
+def test_a_prepare_that_died_is_sent_again_once_its_lease_lapsed(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, death: str
+) -> None:
+    # Given a batch whose prepare died mid-stream, its message received (none waits): one that raised
+    # (its lease lapsed at once), or one that was killed (its lease lapses 60 s after its last beat)
+    monkeypatch.setenv("STUCK_AFTER_SECONDS", "10")
+    batch_id = create(moto_aws, lines(3), monkeypatch)
+    if death == "raised":
+        prepare_failing(batch_id, prepare.s3, "put_bytes", TimeoutError("the Lambda timed out"))
+    else:
+        assert batches.claim_prepare(batch_id, owner="dead", lease_seconds=60) is not None
+
+    # When the sweeper looks once the batch is quiet, and again once the lease has lapsed
+    first, second = sweep_later(30), sweep_later(61)
+
+    # Then its prepare is sent once, as soon as no lease holds the batch
+    sent = {**NO_ACTIONS, "prepare": 1}
+    assert (first, second) == ((sent, NO_ACTIONS) if death == "raised" else (NO_ACTIONS, sent))
+    assert moto_aws.messages("PrepareQueue") == [{"batch_id": batch_id}]
+    # and the batch starts when that message arrives (at the sweeper's time), each shard's message
+    # sent exactly once
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(batches, "now", lambda: now() + 61)
+        assert prepare.prepare_batch(batch_id) == "in_progress"
+    assert moto_aws.messages("ShardsQueue") == [{"batch_id": batch_id, "shard": n} for n in (0, 1)]
+    assert sweep_later(120) == NO_ACTIONS  # its shard messages wait: nothing more is sent
+    assert [moto_aws.messages(queue) for queue in QUEUES] == [[], [], []]
 
 
 def test_a_shard_waiting_in_a_backlog_is_never_redriven_nor_failed(
@@ -233,6 +286,7 @@ def test_a_sweep_reads_the_open_batches_and_no_item_of_an_ended_one(
 ) -> None:
     # Given a completed, a failed and a cancelled batch, and an open one whose prepare message was lost
     ended_batches(moto_aws, monkeypatch)
+    monkeypatch.setenv("PREPARE_WAIT_SECONDS", str(stuck()))  # a message not received by then is lost
     lost = create(moto_aws, lines(1), monkeypatch)
     assert sweep.sweep() == NO_ACTIONS  # (the first sweep also ends the one-off backfill: nothing to add)
 

@@ -48,6 +48,7 @@ class Fake:
             stuck_after_seconds=STUCK,
             max_shard_attempts=4,
             shard_wait_seconds=WAIT,
+            prepare_wait_seconds=WAIT,
         )
 
         def transition(batch_id: str, target: BatchStatus, *, changes: BatchChanges, at: int) -> Any:
@@ -66,12 +67,18 @@ class Fake:
             assert group_id == "acct"  # the batch's account: the fair queue's tenant
             self.sent += [(queue_url, m.model_dump()) for m in messages]
 
+        def queue_prepare(batch_id: str, *, at: int) -> bool:
+            assert at == AT  # the re-sent message is queued at the sweeper's time
+            return True
+
         def fail_shard(batch_id: str, shard: Shard, reason: str) -> bool:
             self.failed.append((batch_id, shard.shard, reason))
             return True
 
         for target, name, fake in [
             (sweep, "get_settings", lambda: settings),
+            (sweep.intake, "get_settings", lambda: settings),
+            (sweep.batches, "queue_prepare", queue_prepare),
             (sweep, "now", lambda: AT),
             (sweep.batches, "open_headers", lambda: iter(headers)),
             (sweep.batches, "backfill_open_index", lambda: None),
@@ -248,3 +255,26 @@ def test_one_pass_acts_on_every_open_batch(monkeypatch: pytest.MonkeyPatch) -> N
         ("shards", {"batch_id": "batch_2", "shard": 0}),
         ("prepare", {"batch_id": "batch_3"}),
     ]
+
+
+@pytest.mark.parametrize(
+    ("batch", "sent"),
+    [
+        # A prepare streams the input (its lease renewed to this second): slow, not lost (issue 12)
+        (header(S.VALIDATING, prepare_lease_until=AT), []),
+        # Its message waits in a backlog of the prepare queue, a second short of the wait limit
+        (header(S.VALIDATING, prepare_queued_at=AT - WAIT + 1), []),
+        # Its message was sent WAIT seconds ago and never received: gone; its last prepare died
+        (header(S.VALIDATING, prepare_queued_at=AT - WAIT, prepare_lease_until=AT - 1), ["prepare"]),
+        # Running, its prepare died before its shard messages were all sent (its lease still present)
+        (header(S.IN_PROGRESS, **RUNNING, prepare_lease_until=0), ["prepare"]),
+    ],
+    ids=["prepare-leased", "prepare-waiting", "prepare-lost", "in-progress-prepare-died"],
+)
+def test_a_prepare_is_sent_again_only_when_none_works_and_none_waits(
+    monkeypatch: pytest.MonkeyPatch, batch: BatchHeader, sent: list[str]
+) -> None:
+    fake = Fake(monkeypatch, [batch], {"batch_1": [shard(1)]})
+    assert sweep.sweep() == {**NO_ACTIONS, "prepare": len(sent)}
+    assert fake.sent == [(queue, {"batch_id": "batch_1"}) for queue in sent]
+    assert fake.redrives == {("batch_1", 1): 0}

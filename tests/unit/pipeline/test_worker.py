@@ -2,11 +2,9 @@
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
 from batchinfer.backends.base import BackendError
 from batchinfer.pipeline import worker
@@ -548,43 +546,3 @@ def test_an_overload_retry_waits_at_most_a_second_and_never_its_retry_after(
 
     assert [wait(refused, n) for n in (1, 2, 3, 6, 19)] == [0.0, 0.05, 0.1, 0.8, 1.0]
     assert wait(other, 1) == 3.0  # another error's Retry-After is still honoured
-
-
-def test_a_throttled_renewal_is_tried_again_and_only_another_owner_is_a_loss(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Renewals answer: throttled, renewed, a 500, renewed, another owner holds the shard
-    throttled = ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "UpdateItem")
-    failure = ClientError({"Error": {"Code": "InternalServerError"}}, "UpdateItem")
-    answers: list[bool | Exception] = [throttled, True, failure, True, False]
-    calls: list[tuple[str, int, str, int]] = []
-    seen_lost: list[bool] = []
-
-    def renew(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> bool:
-        calls.append((batch_id, shard_no, owner, lease_seconds))
-        seen_lost.append(heartbeat.lost)
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(worker.shards, "renew", renew)
-    heartbeat = worker.LeaseHeartbeat("b", 3, owner="me", lease_seconds=0.03)  # type: ignore[arg-type]
-    with heartbeat:
-        deadline = time.monotonic() + 5
-        while not heartbeat.lost and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05)  # no beat after the loss
-    assert calls == [("b", 3, "me", 0.03)] * 5
-    assert seen_lost == [False] * 5 and heartbeat.lost and not heartbeat.held()
-
-
-def test_the_heartbeat_stops_when_its_block_ends_whatever_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-    monkeypatch.setattr(worker.shards, "renew", lambda *args, **kwargs: calls.append("beat") or True)
-    with pytest.raises(RuntimeError), worker.LeaseHeartbeat("b", 0, owner="me", lease_seconds=0.06):  # type: ignore[arg-type]
-        time.sleep(0.1)
-        raise RuntimeError("crash")
-    beats = len(calls)
-    time.sleep(0.1)
-    assert beats >= 2 and len(calls) == beats  # beat while it ran, never after

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     # last beat. 90 s: two renewals in a row may fail (throttling, a 5xx) before it runs out, and a
     # crashed worker's shard is taken well inside a cancel's seal deadline (`aggregate.settle_deadline`).
     shard_lease_seconds: int = Field(90, ge=1)
+    # The prepare lease (issue 12), like a shard's: renewed every third of it while prepare streams the
+    # input, so a second prepare of the batch is `busy` and the sweeper sends none; a prepare that died
+    # leaves the batch to the next one at most this long after its last beat.
+    prepare_lease_seconds: int = Field(90, ge=1)
+    # A prepare message not received in this long is gone (the prepare queue keeps messages 4 days).
+    prepare_wait_seconds: int = Field(4 * 86400, ge=1)
     # A batch with no progress for this long has lost a message: the sweeper sends it again.
     stuck_after_seconds: int = Field(900, ge=1)
     # A shard message not received in this long is gone: the shards queue keeps messages 4 days

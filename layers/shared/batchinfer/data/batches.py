@@ -106,10 +106,12 @@ def transition(
     *,
     changes: BatchChanges | None = None,
     all_shards_done: bool = False,
+    prepare_owner: str | None = None,
     at: int | None = None,
 ) -> BatchHeader | None:
     """Move a batch to `target` if its status is an allowed source (and, with `all_shards_done`,
-    `shards_done = shards_total`), writing `changes` too.
+    `shards_done = shards_total`; with `prepare_owner`, if that prepare holds the prepare lease),
+    writing `changes` too.
 
     Stamps the status's timestamp field (`in_progress_at`, ...) with `at` (default now). Returns the
     new header, or None when the condition failed (a concurrent or repeated step: a no-op, not an
@@ -126,6 +128,9 @@ def transition(
     condition = f"#status IN ({', '.join(f':s{i}' for i in range(len(sources)))})"
     if all_shards_done:
         condition = f"({condition}) AND (shards_done = shards_total)"
+    if prepare_owner is not None:
+        condition = f"({condition}) AND prepare_owner = :prepare_owner"
+        values[":prepare_owner"] = prepare_owner
     removed = f" REMOVE {', '.join(keys.OPEN_ATTRIBUTES)}" if is_terminal(target) else ""
     update = {
         "Key": keys.batch(batch_id),
@@ -147,6 +152,103 @@ def _transition_counted(batch_id: str, account_id: str, update: dict[str, Any]) 
     if transact([{"Update": update}, accounts.uncount_active(account_id)]):
         return None
     return get(batch_id)
+
+
+# A batch prepare may still act on (it starts a validating one, re-sends a running one's shard messages).
+_PREPARABLE = "#status IN (:validating, :in_progress)"
+_PREPARABLE_VALUES = {
+    ":validating": BatchStatus.VALIDATING.value,
+    ":in_progress": BatchStatus.IN_PROGRESS.value,
+}
+# No live prepare lease (a lease is live until the second `prepare_lease_until` has passed).
+_PREPARE_FREE = "(attribute_not_exists(prepare_lease_until) OR prepare_lease_until < :now)"
+
+
+def _prepare_write(batch_id: str, update: str, condition: str, values: dict[str, Any], **params: Any) -> Any:
+    """One conditional UpdateItem of the header's prepare attributes (with `_PREPARABLE`'s names and
+    values when `condition` has it): its response, or None when `condition` failed."""
+    if _PREPARABLE in condition:
+        params["ExpressionAttributeNames"] = {"#status": "status"}
+        values = {**_PREPARABLE_VALUES, **values}
+    return conditional(
+        handle().update_item,
+        Key=keys.batch(batch_id),
+        UpdateExpression=update,
+        ConditionExpression=condition,
+        ExpressionAttributeValues=values,
+        **params,
+    )
+
+
+def claim_prepare(batch_id: str, *, owner: str, lease_seconds: int) -> BatchHeader | None:
+    """Lease a `validating` or `in_progress` batch to the prepare `owner` for `lease_seconds` (so one
+    prepare at a time streams its input or sends its shard messages, issue 12); the prepare message
+    waiting for it has arrived (`prepare_queued_at` removed). One UpdateItem.
+
+    Returns the header as it was before the claim (its `prepare_lease_until` says whether the last
+    prepare finished: `items.BatchHeader`), or None when the batch is in another status or a live
+    lease of another prepare holds it (nothing written).
+    """
+    at = now()
+    result = _prepare_write(
+        batch_id,
+        "SET prepare_owner = :owner, prepare_lease_until = :until REMOVE prepare_queued_at",
+        f"{_PREPARABLE} AND {_PREPARE_FREE}",
+        {":owner": owner, ":until": at + lease_seconds, ":now": at},
+        ReturnValues="ALL_OLD",
+    )
+    return None if result is None else BatchHeader.model_validate(result["Attributes"])
+
+
+def renew_prepare(batch_id: str, *, owner: str, lease_seconds: int) -> bool:
+    """Extend `owner`'s prepare lease to `lease_seconds` from now (one heartbeat: a conditional
+    UpdateItem, 1 WRU). False when `owner` no longer holds it (another prepare claimed it, `owner`
+    released it, or the batch left `validating`/`in_progress`, e.g. cancelled). Other errors are raised."""
+    return (
+        _prepare_write(
+            batch_id,
+            "SET prepare_lease_until = :until",
+            f"{_PREPARABLE} AND prepare_owner = :owner AND attribute_exists(prepare_lease_until)",
+            {":owner": owner, ":until": now() + lease_seconds},
+        )
+        is not None
+    )
+
+
+def release_prepare(batch_id: str, *, owner: str, finished: bool) -> bool:
+    """Give up `owner`'s prepare lease: `finished` (its shard messages are all sent, or it ended the
+    batch) REMOVEs `prepare_lease_until`; otherwise (it failed) the lease lapses at once but stays
+    present, so the next prepare can claim it now and knows the shard messages may be unsent. False
+    when `owner` does not hold it (nothing changed)."""
+    update = "REMOVE prepare_lease_until" if finished else "SET prepare_lease_until = :lapsed"
+    values: dict[str, Any] = {":owner": owner} | ({} if finished else {":lapsed": 0})
+    return _prepare_write(batch_id, update, "prepare_owner = :owner", values) is not None
+
+
+def queue_prepare(batch_id: str, *, at: int) -> bool:
+    """Record that a prepare message is sent at `at` (Unix seconds: `prepare_queued_at`, see
+    `BatchHeader.prepare_waiting`), before sending it. False, writing nothing, when the batch is not
+    `validating`/`in_progress` or a live prepare lease holds it (a prepare works on it: none is sent)."""
+    return (
+        _prepare_write(
+            batch_id,
+            "SET prepare_queued_at = :at",
+            f"{_PREPARABLE} AND {_PREPARE_FREE}",
+            {":at": at, ":now": at},
+        )
+        is not None
+    )
+
+
+def unqueue_prepare(batch_id: str, *, at: int | None = None) -> bool:
+    """Record that no prepare message waits any more: REMOVE `prepare_queued_at` if it is `at` (a send
+    that failed after `queue_prepare(at=at)`), or with `at` None if a live prepare lease holds the
+    batch (a `busy` prepare received its message). False when that condition failed (nothing changed)."""
+    if at is not None:
+        condition, values = "prepare_queued_at = :at", {":at": at}
+    else:
+        condition, values = f"{_PREPARABLE} AND prepare_lease_until >= :now", {":now": now()}
+    return _prepare_write(batch_id, "REMOVE prepare_queued_at", condition, values) is not None
 
 
 def update(batch_id: str, changes: BatchChanges, *, status: BatchStatus | None = None) -> BatchHeader | None:

@@ -118,6 +118,26 @@ class BatchHeader(Item):
     finalize_failures: int | None = Field(
         None, description="aggregator runs that could not write the result files; absent until the first"
     )
+    # The prepare lease (issue 12), as a shard's (`Shard`): one prepare at a time streams the input
+    # (`batches.claim_prepare`), renewing the lease while it works; released once its shard messages
+    # are sent, or lapsed at once when it fails.
+    prepare_owner: str | None = Field(None, description="the prepare that holds or last held the lease")
+    prepare_lease_until: int | None = Field(
+        None,
+        description="the prepare lease's end; absent when no prepare took it or the last one finished "
+        "(present and past: that prepare died or failed before its shard messages were all sent)",
+    )
+    prepare_queued_at: int | None = Field(
+        None, description="when a prepare message was sent that no prepare has received yet"
+    )
+
+    def prepare_leased(self, at: int) -> bool:
+        """True while a prepare holds a live lease (renewed within one lease, as `Shard.lease_until`)."""
+        return leased(self.prepare_lease_until, at)
+
+    def prepare_waiting(self, at: int, wait_seconds: int) -> bool:
+        """True while a prepare message waits in the queue (`waiting`, as `Shard.waiting`)."""
+        return waiting(self.prepare_queued_at, at, wait_seconds)
 
     def shown_counts(self) -> tuple[RequestCounts, TokenTotals]:
         """The counts GET shows: committed ones, plus while the batch is open the shard workers'
@@ -200,11 +220,23 @@ class Shard(Item):
     )
 
     def waiting(self, at: int, wait_seconds: int) -> bool:
-        """True while a message for it waits in the queue: sent (prepare, a continuation, a re-drive),
-        not claimed since, and younger than `wait_seconds` (older: SQS dropped it, or it kept failing
-        before any claim and sits in the DLQ). Waiting in a backlog is not failure (issue 12): only a
-        shard whose holder died, or whose message is gone, is re-driven."""
-        return self.queued_at is not None and at - self.queued_at < wait_seconds
+        """True while a message for it waits in the queue (sent by prepare, a continuation or a
+        re-drive, and not claimed since; see `waiting`): only a shard whose holder died, or whose
+        message is gone, is re-driven."""
+        return waiting(self.queued_at, at, wait_seconds)
+
+
+def leased(lease_until: int | None, at: int) -> bool:
+    """True when a lease ending at `lease_until` (Unix seconds; None: no lease) is live at `at`: until
+    the second `lease_until` has passed (its holder renews it every third of a lease while it works)."""
+    return lease_until is not None and lease_until >= at
+
+
+def waiting(queued_at: int | None, at: int, wait_seconds: int) -> bool:
+    """True while a message sent at `queued_at` (Unix seconds; None: none sent since the last claim)
+    may still wait in its queue at `at`: younger than `wait_seconds` (older: SQS dropped it, or it kept
+    failing before any claim and sits in the DLQ). Waiting in a backlog is not failure (issue 12)."""
+    return queued_at is not None and at - queued_at < wait_seconds
 
 
 class FileRecord(Item):

@@ -81,6 +81,7 @@ def create_batch(
         output_prefix=output_prefix or f"batches/{batch_id}/",
         output_where=output_where,
         output_expires_at=None if output_expires_after is None else created_at + output_expires_after,
+        prepare_queued_at=created_at,  # its prepare message is sent below
     )
     try:
         created = batches.create_limited(
@@ -93,12 +94,34 @@ def create_batch(
         created = False
     stored = header.model_copy(update={"active_counted": True}) if created else batches.get(batch_id)
     assert stored is not None
-    if stored.status == BatchStatus.VALIDATING:
-        # Also on a repeated create: the first attempt may have died before sending (prepare is idempotent).
-        sqs.send(
-            settings.prepare_queue_url, [sqs.BatchMessage(batch_id=batch_id)], group_id=stored.account_id
-        )
+    if created:
+        ask_prepare(stored, at=created_at, queued=True)
+    elif stored.status == BatchStatus.VALIDATING:
+        # A repeated create: the first attempt may have died before sending (prepare is idempotent).
+        ask_prepare(stored, at=created_at)
     return stored
+
+
+def ask_prepare(header: BatchHeader, *, at: int, queued: bool = False) -> bool:
+    """Send the prepare message of `header`'s batch (in its account's message group), recording first
+    that it waits from `at` (Unix seconds: `batches.queue_prepare`; `queued`: the header was written
+    with it), so the sweeper never takes a backlog of the prepare queue for a lost message (issue 12).
+
+    Returns False, sending nothing, when the batch is not `validating`/`in_progress` or a live prepare
+    lease holds it (a prepare works on it). Raises what the send raises, the record undone first.
+    """
+    if not queued and not batches.queue_prepare(header.id, at=at):
+        return False
+    try:
+        sqs.send(
+            get_settings().prepare_queue_url,
+            [sqs.BatchMessage(batch_id=header.id)],
+            group_id=header.account_id,
+        )
+    except Exception:
+        batches.unqueue_prepare(header.id, at=at)  # no message waits: the sweeper may send one
+        raise
+    return True
 
 
 def refused(header: BatchHeader, error: accounts.LimitExceeded) -> BatchHeader:

@@ -3,29 +3,37 @@
 Memory stays flat whatever the file size: lines are read as they stream in and each shard is
 written as soon as it is full. Idempotent: shard files and items have deterministic keys, the
 `validating -> in_progress` write is conditional, and a repeated message for a running batch only
-re-sends the messages of shards that are still pending (duplicates are harmless to the worker).
+re-sends the messages of pending shards that nobody works on and whose message does not wait
+(duplicates are harmless to the worker). One prepare at a time works on a batch: it holds the batch's
+prepare lease (`prepare_batch`), and a message that finds it held is `busy`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 from botocore.exceptions import ClientError
 
 from batchinfer.backends import load_registry
+from batchinfer.core import ids
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
-from batchinfer.data.items import BatchChanges, Shard
+from batchinfer.data.items import BatchChanges, BatchHeader, Shard, leased
 from batchinfer.data.table import now
+from batchinfer.pipeline.lease import LeaseHeartbeat
 from batchinfer.validation.file import FileValidator
 from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.wire.status import BatchStatus
 
 
-def _fail(batch_id: str, errors: list[dict]) -> str:
+def _fail(batch_id: str, errors: list[dict], owner: str) -> str:
     batches.transition(
-        batch_id, BatchStatus.FAILED, changes=BatchChanges(errors={"object": "list", "data": errors})
+        batch_id,
+        BatchStatus.FAILED,
+        changes=BatchChanges(errors={"object": "list", "data": errors}),
+        prepare_owner=owner,
     )
     return "failed"
 
@@ -61,23 +69,67 @@ def shard_lines(
 
 
 def prepare_batch(batch_id: str) -> str:
-    """Validate and shard one batch. Returns `in_progress`, `failed`, `resent` or `skipped`."""
+    """Validate and shard one batch, holding its prepare lease (issue 12). Returns what happened:
+    `in_progress` (started), `failed` (the input is bad or unreadable), `resent` (the batch was
+    running already: the shard messages that are lost were sent again), `busy` (another prepare holds
+    a live lease of the batch: it is alive and does the work, so this message is done), `lost` (the
+    lease was taken over while this prepare streamed: it stopped and wrote no status) or `skipped` (no
+    such batch, or past `in_progress`).
+
+    The lease (`batches.claim_prepare`) lasts `prepare_lease_seconds` and is renewed every third of it
+    while prepare works (`LeaseHeartbeat`), so a 20,000-line input streamed for minutes is never
+    prepared twice at once, and the sweeper sends no prepare message while it runs. It is released once
+    the shard messages are sent; a prepare that fails lapses it at once, and one that dies leaves it
+    to lapse: the next prepare then knows the shard messages may be unsent.
+    """
     settings = get_settings()
     header = batches.get(batch_id)
     if header is None:
         logger.warning("prepare: no such batch", extra={"batch_id": batch_id})
         return "skipped"
-    if header.status == BatchStatus.IN_PROGRESS:
-        pending = [
-            sqs.ShardMessage(batch_id=batch_id, shard=s.shard)
-            for s in shards.query(batch_id)
-            if s.state == "pending"
-        ]
-        sqs.send(settings.shards_queue_url, pending, group_id=header.account_id)
-        return "resent"
-    if header.status != BatchStatus.VALIDATING:
+    if header.status not in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS):
         return "skipped"
+    owner, lease_seconds = ids.write_token(), settings.prepare_lease_seconds
+    before = batches.claim_prepare(batch_id, owner=owner, lease_seconds=lease_seconds)
+    if before is None:
+        # A live prepare holds it (its message was received: none waits any more), or it moved on.
+        return "busy" if batches.unqueue_prepare(batch_id) else "skipped"
+    renew = functools.partial(batches.renew_prepare, batch_id, owner=owner, lease_seconds=lease_seconds)
+    finished = False
+    try:
+        with LeaseHeartbeat(renew, lease_seconds, batch_id=batch_id, stage="prepare") as lease:
+            if before.status == BatchStatus.IN_PROGRESS:
+                # The last prepare's lease still present: it died before its shard messages were all sent.
+                outcome = _resend(before, every_pending=before.prepare_lease_until is not None)
+            else:
+                outcome = _prepare(before, owner, lease)
+        finished = True
+        return outcome
+    finally:
+        batches.release_prepare(batch_id, owner=owner, finished=finished)
 
+
+def _resend(header: BatchHeader, *, every_pending: bool) -> str:
+    """Send again the messages of a running batch's pending shards that no live lease holds and, unless
+    `every_pending`, whose message does not wait in the queue (`Shard.waiting`): a shard waiting in a
+    backlog is not lost. Each is marked waiting first (`shards.mark_waiting`)."""
+    settings, at = get_settings(), now()
+    lost = [
+        sqs.ShardMessage(batch_id=header.id, shard=s.shard)
+        for s in shards.query(header.id)
+        if s.state == "pending"
+        and not leased(s.lease_until, at)
+        and (every_pending or not s.waiting(at, settings.shard_wait_seconds))
+        and shards.mark_waiting(header.id, s.shard, at=at)
+    ]
+    sqs.send(settings.shards_queue_url, lost, group_id=header.account_id)
+    return "resent"
+
+
+def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
+    """Stream, validate and shard a `validating` batch whose prepare lease `owner` holds; start it and
+    send its shard messages, or fail it. `lost` when the lease was taken over meanwhile."""
+    settings, batch_id = get_settings(), header.id
     registry = load_registry(settings.model_registry)
     validator = FileValidator(
         header.endpoint,
@@ -101,6 +153,8 @@ def prepare_batch(batch_id: str) -> str:
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     try:
         for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
+            if lease.lost:
+                return "lost"  # another prepare streams it now
             key = s3.shard_key(batch_id, len(written))
             s3.put_bytes(settings.bucket_name, key, data)
             written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
@@ -115,9 +169,12 @@ def prepare_batch(batch_id: str) -> str:
         return _fail(
             batch_id,
             [{"code": "input_file_unavailable", "line": None, "param": "input_file_id", "message": message}],
+            owner,
         )
+    if not lease.held():
+        return "lost"
     if validator.error_count:
-        return _fail(batch_id, [e.model_dump() for e in validator.errors])
+        return _fail(batch_id, [e.model_dump() for e in validator.errors], owner)
     queued_at = now()  # their messages are sent below: each waits in the queue until its claim
     for shard in written:
         shards.put(batch_id, shard.model_copy(update={"queued_at": queued_at}))
@@ -129,9 +186,10 @@ def prepare_batch(batch_id: str) -> str:
             model=validator.model,
             request_counts={"total": validator.request_count, "completed": 0, "failed": 0},
         ),
+        prepare_owner=owner,
     )
     if started is None:
-        return "skipped"  # cancelled meanwhile, or another prepare got there first
+        return "skipped"  # cancelled meanwhile, or another prepare took the lease over
     messages = [sqs.ShardMessage(batch_id=batch_id, shard=s.shard) for s in written]
     sqs.send(settings.shards_queue_url, messages, group_id=header.account_id)
     return "in_progress"

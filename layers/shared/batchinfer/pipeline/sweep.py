@@ -3,6 +3,9 @@
 For every open batch: past `expires_at` -> begin its expiry (`batches.begin_expiry`) and ask the
 aggregator to end it;
 a lost prepare, shard or finalize message (no progress for `stuck_after` seconds) -> send it again.
+A prepare is lost only when no prepare works on the batch (no live prepare lease: it renews the lease
+while it streams the input, `prepare.prepare_batch`) and no prepare message waits in the queue
+(`BatchHeader.prepare_waiting`: sent, not received since, younger than `prepare_wait_seconds`).
 A shard is lost only when nobody works on it (no live lease: its worker renews the lease every
 third of `shard_lease_seconds` while it works, so a lease is live only if renewed within one lease,
 and a crashed worker's shard is free one lease after its last beat) and no message for it waits in the
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, shards, sqs
-from batchinfer.data.items import BatchHeader
+from batchinfer.data.items import BatchHeader, leased
 from batchinfer.data.table import now
-from batchinfer.pipeline import worker
+from batchinfer.pipeline import intake, worker
 from batchinfer.wire.status import BatchStatus
 
 
@@ -54,15 +57,21 @@ def sweep() -> dict[str, int]:
                 _ask(settings.finalize_queue_url, header)
                 actions["expired"] += 1
         elif status == BatchStatus.VALIDATING and quiet:
-            _ask(settings.prepare_queue_url, header)
-            actions["prepare"] += 1
+            # A prepare at work (a live lease) or a message waiting for one (a backlog) is not lost.
+            if _prepare_lost(header, at) and intake.ask_prepare(header, at=at):
+                actions["prepare"] += 1
         elif status == BatchStatus.IN_PROGRESS and quiet:
             if header.shards_done >= header.shards_total:
                 _ask(settings.finalize_queue_url, header)
                 actions["finalize"] += 1
                 continue
+            if header.prepare_lease_until is not None and _prepare_lost(header, at):
+                # Its prepare died before its shard messages were all sent (they look queued): the
+                # prepare message sends every pending one again.
+                actions["prepare"] += intake.ask_prepare(header, at=at)
+                continue
             found = list(shards.query(batch_id))
-            if any((s.lease_until or 0) >= at for s in found if s.state == "pending"):
+            if any(leased(s.lease_until, at) for s in found if s.state == "pending"):
                 continue  # a worker renewed its lease within one lease: slow, not stuck
             for shard in found:
                 if shard.state != "pending" or shard.waiting(at, settings.shard_wait_seconds):
@@ -84,6 +93,13 @@ def sweep() -> dict[str, int]:
             _ask(settings.finalize_queue_url, header)
             actions["finalize"] += 1
     return actions
+
+
+def _prepare_lost(header: BatchHeader, at: int) -> bool:
+    """No prepare works on the batch (no live prepare lease) and no prepare message waits for one."""
+    return not header.prepare_leased(at) and not header.prepare_waiting(
+        at, get_settings().prepare_wait_seconds
+    )
 
 
 def _ask(queue_url: str, header: BatchHeader) -> None:

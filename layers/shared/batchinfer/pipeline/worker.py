@@ -12,11 +12,11 @@ continuation for the rest.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import itertools
 import json
 import random
-import threading
 import time
 import weakref
 from collections import deque
@@ -39,6 +39,7 @@ from batchinfer.data import batches, inflight, keys, s3, shards, sqs
 from batchinfer.data.items import BatchHeader, LiveProgress, ResultPart, Shard
 from batchinfer.data.table import now
 from batchinfer.infer.service import TokenRequests
+from batchinfer.pipeline.lease import LeaseHeartbeat
 from batchinfer.wire.openai import CHAT_ENDPOINT, result_line_bytes
 from batchinfer.wire.status import BatchStatus
 
@@ -722,83 +723,6 @@ def _write_part(
     return part
 
 
-class LeaseHeartbeat:
-    """Renews `owner`'s lease of a shard (`shards.renew`) every third of `lease_seconds` while the
-    worker works (issue 12), from a thread started on entering the context and stopped on leaving it
-    (however the worker leaves it: a crash stops the beats, and the shard is free one lease after the
-    last one). A renewal that finds another owner sets `lost` and ends the beats; one that fails
-    otherwise (throttling, a 5xx, a timeout) is tried again at the next beat and is not a loss.
-
-    A thread, not a task of the window's event loop, so the lease is kept between windows too (model
-    load, result PUTs, commits). Hand-written: the lease is two attributes of the shard item, written
-    in the same conditions as its state; lock libraries for DynamoDB (e.g. `python-dynamodb-lock`)
-    keep a lock item of their own.
-    """
-
-    def __init__(self, batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> None:
-        self.batch_id, self.shard_no = batch_id, shard_no
-        self.owner, self.lease_seconds = owner, lease_seconds
-        self.interval = lease_seconds / 3
-        self._renewed_at = time.monotonic()  # the claim
-        self._stop, self._lost = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"lease-{shard_no}", daemon=True)
-
-    def __enter__(self) -> LeaseHeartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        """No more beats (before a commit or release that gives the lease up); waits for one in flight."""
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
-
-    @property
-    def lost(self) -> bool:
-        """True once a renewal found that another message holds the shard."""
-        return self._lost.is_set()
-
-    def held(self) -> bool:
-        """Whether the lease is still this worker's, checked before it writes a result key: True when
-        the last renewal is under two beats old (the lease lasts a beat longer at least), else after a
-        renewal now succeeds (the worker was paused past its beats). False when it was lost."""
-        if self.lost:
-            return False
-        if time.monotonic() - self._renewed_at < 2 * self.interval:
-            return True
-        return self._renew()
-
-    def _renew(self) -> bool:
-        started = time.monotonic()
-        try:
-            renewed = shards.renew(
-                self.batch_id, self.shard_no, owner=self.owner, lease_seconds=self.lease_seconds
-            )
-        except Exception:  # a throttled or failed write: the next beat tries again
-            logger.warning(
-                "shard lease not renewed",
-                exc_info=True,
-                extra={"batch_id": self.batch_id, "shard": self.shard_no},
-            )
-            return True
-        if renewed:
-            self._renewed_at = started
-            return True
-        self._lost.set()
-        logger.warning(
-            "shard lease lost to another message", extra={"batch_id": self.batch_id, "shard": self.shard_no}
-        )
-        return False
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            if not self._renew():
-                return
-
-
 def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callable[[], int]) -> str:
     """Run (the rest of) one shard. Returns what happened, for logs and tests:
 
@@ -892,7 +816,8 @@ def _run_shard(
         return "duplicate"
     start, size = shard.next_index, shard.size
     link = ProgressLink(batch_id, shard_no, start, header.live.get(str(shard_no)))
-    with LeaseHeartbeat(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds) as lease:
+    renew = functools.partial(shards.renew, batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
+    with LeaseHeartbeat(renew, lease_seconds, batch_id=batch_id, shard=shard_no) as lease:
         requests = parse_shard(s3.get_bytes(settings.bucket_name, shard.input_key))
         backend = backend_chaos.wrap(
             for_endpoint(load_registry(settings.model_registry).backend(header.model), header.endpoint)
