@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from batchinfer.backends.llama_engine import barrier_wait_environ
 from benchmarks.common import REPO, Stopwatch
 
 MODEL = "smollm2-135m-instruct"
@@ -160,7 +161,7 @@ def stack_session() -> Iterator[Callable[[list[str]], tuple[int, float]]]:
 
 def _subprocess(*args: str) -> dict[str, Any]:
     # llama.cpp's threads wait at barriers as the engine's do (backends/llama_engine.py)
-    environ = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+    environ = {**os.environ, **barrier_wait_environ()}
     done = subprocess.run(
         [sys.executable, "-m", *args], cwd=REPO, env=environ, capture_output=True, text=True, check=True
     )

@@ -71,7 +71,14 @@ DEFAULT_CONCURRENCY = 10
 # Variables of the process that starts the stack which reach every function too: the local stack's
 # knobs (README: the model registry, chaos mode, logging the events). Anything else goes through
 # `function_environment` or `configure_functions`.
-PASSED_THROUGH = ("MODEL_REGISTRY", "BATCHINFER_CHAOS", "POWERTOOLS_LOGGER_LOG_EVENT")
+# OpenMP's barrier waits: a setting for the host's load (backends/llama_engine.barrier_wait_environ).
+PASSED_THROUGH = (
+    "MODEL_REGISTRY",
+    "BATCHINFER_CHAOS",
+    "POWERTOOLS_LOGGER_LOG_EVENT",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+)
 
 # Variables that would send boto3 elsewhere than moto if left in the environment.
 _AWS_OVERRIDES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from batchinfer.backends import llama_engine
 
 
-def test_openmp_threads_sleep_at_barriers_unless_the_environment_says_otherwise(
+def test_openmp_threads_spin_briefly_at_barriers_unless_the_environment_says_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    llama_engine._sleep_at_barriers()
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert llama_engine.barrier_wait_environ() == {"GOMP_SPINCOUNT": "2000"}
 
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    llama_engine._sleep_at_barriers()
-    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert llama_engine.barrier_wait_environ() == {}
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+    assert llama_engine.barrier_wait_environ() == {}

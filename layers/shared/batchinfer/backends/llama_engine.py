@@ -74,16 +74,26 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _sleep_at_barriers() -> None:
-    """Make llama.cpp's OpenMP threads sleep at a barrier instead of spinning (`OMP_WAIT_POLICY=PASSIVE`
-    unless the environment sets it), before libgomp is loaded (it reads the variable once, then).
+# Iterations libgomp spins at a barrier before it sleeps (its default without a wait policy: 300,000).
+BARRIER_SPIN = "2000"
 
-    ggml's CPU backend waits for its threads with `#pragma omp barrier` after every op; libgomp's
-    default spins there, so a thread whose partner is not scheduled burns its time slice. On a
-    loaded 2-core machine (load average 12-15) 2 threads made 2.3 tokens/s (6.9 per CPU-second) with
-    the default and 29-39 tokens/s (60 per CPU-second) passive, against 18.8 with 1 thread (issue 15).
+
+def barrier_wait_environ() -> dict[str, str]:
+    """The variables that set how llama.cpp's OpenMP threads wait at a barrier, `{}` when the environment
+    sets either already (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`, GCC's libgomp manual, "Environment
+    Variables"): a short spin, then sleep (`GOMP_SPINCOUNT=BARRIER_SPIN`).
+
+    ggml's CPU backend meets its threads at a barrier after every op (~350 per decode call). Sleeping at
+    once (`OMP_WAIT_POLICY=PASSIVE`) costs a futex wake each time, slow on a virtual machine's halted
+    vCPU; spinning long (libgomp's default) burns the time slice of a partner that is not scheduled.
+    Raw 16-sequence decode on this 2-core microVM (`benchmarks.ceiling`, issue 15): quiet, 186-194
+    tokens/s spinning 2,000, 131-148 passive, 189-197 spinning 20,000; at load average 10-14, 23-34,
+    29-71 and 9-17. So a host shared with other CPU-bound work sets `OMP_WAIT_POLICY=PASSIVE` (the local
+    stack passes it through to its functions).
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    return {"GOMP_SPINCOUNT": BARRIER_SPIN}
 
 
 class EngineTimeout(Exception):
@@ -177,7 +187,7 @@ class LlamaEngine:
     def __init__(self, path: Path, *, n_ctx: int, n_seq_max: int, n_threads: int) -> None:
         if not 1 <= n_seq_max < N_BATCH:
             raise ValueError(f"n_seq_max must be in [1, {N_BATCH}), got {n_seq_max}")
-        _sleep_at_barriers()
+        os.environ.update(barrier_wait_environ())  # libgomp reads them once, when llama.cpp loads
         import llama_cpp
         from llama_cpp import _internals as internals
         from llama_cpp._logger import set_verbose
