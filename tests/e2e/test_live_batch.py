@@ -33,7 +33,10 @@ def stack() -> Iterator[LocalStack]:
     with LocalStack(
         port=0,
         schedule_interval=1.0,
-        parameter_overrides={"ShardSize": "8"},
+        # At most 4 shard workers (3 for the one account: AccountShardShare 0.8; the template's default
+        # is 20): each environment loads the model, and at an expiry every request at the model still
+        # runs to its end, so 16 workers spent most of the expiry test on model loads and answers.
+        parameter_overrides={"ShardSize": "8", "MaxShardWorkers": "4"},
         # Two requests in flight per shard worker (the engine would take every request of a shard at
         # once): a cancel or an expiry mid-run then finds requests that never reached the model.
         function_environment={
