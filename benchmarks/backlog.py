@@ -133,11 +133,11 @@ def measure(
     functions = {  # the functions' own environments
         "MODEL_REGISTRY": str(sim_registry(workdir / "models.yaml", port)),
         # Crashed work picked up within seconds (the fault suite's lease), a sweeper looking every
-        # second. Not the soak's 3 s stuck timer: the sweeper re-sends the prepare message of a batch
-        # still `validating` after it, so a 20,000-line prepare on a loaded machine is run again and
-        # again, each run re-sending its 200 shard messages (a run here left 1,184 in the queue).
+        # second and calling a quiet batch stuck after 3 s (the soak's): a backlog must not be taken
+        # for lost work at any of them (prepare and shards hold leases, their messages' waits count).
         "SHARD_LEASE_SECONDS": "6",
-        "STUCK_AFTER_SECONDS": "60",
+        "PREPARE_LEASE_SECONDS": "6",
+        "STUCK_AFTER_SECONDS": "3",
         "CHECKPOINT_SECONDS": "1",
         "BATCHINFER_CHAOS": json.dumps(
             {"seed": seed, "slow_backend_seconds": 0.2, **{fault: rate for fault in FAULTS}}
