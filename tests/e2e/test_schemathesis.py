@@ -107,4 +107,4 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
     ]
     create = document["paths"]["/v1/batches"]["post"]
     # 202: a TokenHub-dialect create
-    assert sorted(create["responses"]) == ["200", "202", "400", "401", "403", "404", "422", "429"]
+    assert sorted(create["responses"]) == ["200", "202", "400", "401", "403", "404", "422", "429", "503"]
