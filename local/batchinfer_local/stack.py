@@ -42,7 +42,7 @@ from .functions import (
 )
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
-from .moto_compat import complete_s3_notification, deliver_fairly, trim_read_stream_records
+from .moto_compat import complete_s3_notification, deliver_fairly, messages_held, trim_read_stream_records
 from .resources import Resources, create_resources
 from .runtime import Activity, DynamoDbStreamSource, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
@@ -651,16 +651,7 @@ class LocalStack:
         return True
 
     def _queues_empty(self) -> bool:
-        names = [
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ]
-        for url in self._consumed_queues:
-            counts = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-            if any(int(counts.get(name, 0)) for name in names):
-                return False
-        return True
+        return not any(messages_held(url, LOCAL_REGION) for url in self._consumed_queues)
 
 
 def _forget_cached_settings() -> None:
