@@ -42,6 +42,14 @@ one after the other, each from the clock at that instant: a message whose delay 
 timeout ends between two of them is counted in none, so three zeros do not mean an empty queue
 (seen: `LocalStack.wait_idle` returning while a failed batch waited to be delivered again, about one
 time in 20 under load). `messages_held` counts a queue's messages in one read instead.
+
+moto 5.2.5's DynamoDB Query of a table (no index; moto/dynamodb/models/table.py `Table.query`) sorts
+every item of the table, then keeps the partition's: each Query costs the whole table, where
+DynamoDB reads only the partition. The local stack runs moto in its own process, so with a few
+thousand items (a backlog's batches and shards) the sweeper's shard queries and the shard workers'
+slot queries held moto's one CPU core and slowed every request of every function (measured with
+py-spy in `benchmarks.backlog`: a third of moto's time in those sorts). `query_one_partition` makes
+such a Query read its partition only; results, order and paging are moto's.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -194,3 +203,43 @@ def messages_held(queue_url: str, region: str) -> int:
 
     account, name = urlsplit(queue_url).path.strip("/").split("/")
     return len(sqs_backends[account][region].get_queue(name)._messages)
+
+
+_partition = threading.local()
+
+
+def query_one_partition(enabled: bool = True) -> None:
+    """While `enabled`, a Query of a moto table itself (not of an index) reads only its partition (see
+    the module docstring); `False` restores moto's own. Index queries are moto's (they read every item,
+    as before)."""
+    from moto.dynamodb.models.table import Table
+
+    current_query, current_all = Table.query, Table.all_items
+    original = getattr(current_query, "_original", None)
+    if not enabled:
+        if original is not None:
+            Table.query, Table.all_items = original, current_all._original  # type: ignore[attr-defined]
+        return
+    if original is not None:
+        return
+
+    def query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        # moto's own call passes index_name as the 8th positional argument (after hash_key, 7th here).
+        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
+        _partition.key = None if index_name else hash_key
+        try:
+            return current_query(self, hash_key, *args, **kwargs)
+        finally:
+            _partition.key = None
+
+    def all_items(self: Table) -> Any:
+        key = getattr(_partition, "key", None)
+        if key is None:
+            return current_all(self)
+        found = self.items.get(key)  # not self.items[key]: the defaultdict would add the partition
+        if found is None:
+            return []
+        return sorted(found.values(), key=lambda item: item.range_key) if self.range_key_attr else [found]
+
+    query._original, all_items._original = current_query, current_all  # type: ignore[attr-defined]
+    Table.query, Table.all_items = query, all_items  # type: ignore[method-assign]

@@ -42,7 +42,13 @@ from .functions import (
 )
 from .http import HttpApiServer, Route, Router
 from .moto_atomic import serialize_item_operations
-from .moto_compat import complete_s3_notification, deliver_fairly, messages_held, trim_read_stream_records
+from .moto_compat import (
+    complete_s3_notification,
+    deliver_fairly,
+    messages_held,
+    query_one_partition,
+    trim_read_stream_records,
+)
 from .resources import Resources, create_resources
 from .runtime import Activity, DynamoDbStreamSource, ScheduleRunner, SqsEventSource
 from .template import LOCAL_REGION, Resolver, TemplateError, load_template
@@ -415,6 +421,7 @@ class LocalStack:
         serialize_item_operations()  # moto's DynamoDB is not atomic across request threads
         trim_read_stream_records()
         deliver_fairly()
+        query_one_partition()
         self._auth_saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count)
         moto_auth.install()
         # The AWS managed policies SAM attaches (AWSLambdaBasicExecutionRole, ...), loaded by moto.
@@ -450,6 +457,7 @@ class LocalStack:
             moto_auth.uninstall()
             trim_read_stream_records(False)  # moto's own streams again for in-process mock_aws tests
             deliver_fairly(False)
+            query_one_partition(False)
 
     def _make_client(self, credentials: iam.Credentials, service: str) -> Any:
         # One session for every client: it loads each service model once.

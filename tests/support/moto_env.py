@@ -21,6 +21,7 @@ from batchinfer.core import aws
 from batchinfer.core.settings import get_settings
 from batchinfer_local.functions import FunctionSpec, function_specs, load_handler, merged_environment
 from batchinfer_local.moto_atomic import serialize_item_operations
+from batchinfer_local.moto_compat import query_one_partition
 from batchinfer_local.resources import Resources, create_resources
 from batchinfer_local.runtime import LocalLambdaContext
 from batchinfer_local.stack import DEFAULT_TEMPLATE
@@ -110,6 +111,7 @@ def moto_account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
         monkeypatch.setenv(key, value)
     # DynamoDB applies each write atomically; moto alone does not, and tests run takers in threads.
     serialize_item_operations()
+    query_one_partition()  # as the local stack runs moto: a Query reads its partition, not the table
     with mock_aws():
         for cached in (aws._session, aws._client, aws._table, get_settings):
             cached.cache_clear()  # clients made before the mock would reach for real AWS

@@ -85,3 +85,20 @@ def test_shard_slots_are_one_set_per_account_and_model(moto_aws: Aws) -> None:
     assert inflight.acquire(keys.shard_slots("b", "m"), limit=1, owner="w4", lease_s=30) == 0
     assert inflight.acquire(keys.infer_slots("a"), limit=1, owner="r1", lease_s=30) == 0
     assert keys.shard_slots("a", "m").key(0) == {"PK": "ACCOUNT#a", "SK": "SHARDS#m#0000"}
+
+
+def test_taking_a_slot_reads_the_slots_once_whatever_the_limit(moto_aws: Aws) -> None:
+    # Given a bound of 16 of which 2 are held
+    for owner in ("a", "b"):
+        inflight.acquire(ACCT, limit=16, owner=owner, lease_s=30)
+    calls: list[str] = []
+    events = aws.table().meta.client.meta.events
+    events.register("before-call.dynamodb.*", lambda model, **_: calls.append(model.name), unique_id="n")
+    try:
+        # When a third holder takes one
+        slot = inflight.acquire(ACCT, limit=16, owner="c", lease_s=30)
+    finally:
+        events.unregister("before-call.dynamodb.*", unique_id="n")
+    # Then one Query found the free ones and one PutItem took one of them
+    assert calls == ["Query", "PutItem"]
+    assert 0 <= slot < 16

@@ -495,3 +495,86 @@ def test_a_message_crossing_its_delay_is_held_though_get_queue_attributes_counts
             assert messages_held(url, "us-east-1") == 1
         # Some look across the delay's end counts the one message in none of the three
         assert 0 in counted and set(counted) <= {0, 1}
+
+
+def test_a_query_of_one_partition_answers_as_moto_does_reading_only_that_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import boto3
+    from moto import mock_aws
+    from moto.dynamodb.models.table import Table
+
+    from batchinfer_local.moto_compat import query_one_partition
+
+    def pages(dynamodb: Any, **query: Any) -> list[list[str]]:
+        found, start = [], {}
+        while True:
+            page = dynamodb.query(TableName="t", **query, **start)
+            found.append([item["SK"]["S"] for item in page["Items"]])
+            if "LastEvaluatedKey" not in page:
+                return found
+            start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+    queries = [
+        {"KeyConditionExpression": "PK = :p", "ExpressionAttributeValues": {":p": {"S": "b"}}},
+        {
+            "KeyConditionExpression": "PK = :p AND begins_with(SK, :s)",
+            "ExpressionAttributeValues": {":p": {"S": "b"}, ":s": {"S": "SHARD#"}},
+            "Limit": 2,
+            "ScanIndexForward": False,
+        },
+        {"KeyConditionExpression": "PK = :p", "ExpressionAttributeValues": {":p": {"S": "none"}}},
+        {
+            "IndexName": "open",
+            "KeyConditionExpression": "G = :g",
+            "ExpressionAttributeValues": {":g": {"S": "open"}},
+        },
+    ]
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        dynamodb.create_table(
+            TableName="t",
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("PK", "SK", "G")],
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "open",
+                    "KeySchema": [{"AttributeName": "G", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            ],
+        )
+        for pk in ("a", "b", "c"):
+            for sk in ("META", "SHARD#00002", "SHARD#00000", "SHARD#00001", "SHARD#00003"):
+                item = {"PK": {"S": pk}, "SK": {"S": sk}, **({"G": {"S": "open"}} if sk == "META" else {})}
+                dynamodb.put_item(TableName="t", Item=item)
+        query_one_partition(False)
+        moto_own = [pages(dynamodb, **query) for query in queries]
+        read: list[str] = []
+        every_item = Table.all_items
+
+        def counting(self: Table) -> Any:
+            read.append(self.name)
+            return every_item(self)
+
+        monkeypatch.setattr(Table, "all_items", counting)  # moto's read of every item, counted
+        query_one_partition()
+        try:
+            answers = [pages(dynamodb, **query) for query in queries]
+        finally:
+            query_one_partition(False)
+        assert (
+            answers
+            == moto_own
+            == [
+                [["META", "SHARD#00000", "SHARD#00001", "SHARD#00002", "SHARD#00003"]],
+                [["SHARD#00003", "SHARD#00002"], ["SHARD#00001", "SHARD#00000"], []],
+                [[]],
+                [["META", "META", "META"]],
+            ]
+        )
+        assert read == ["t"]  # the index query alone read every item

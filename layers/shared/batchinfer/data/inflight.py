@@ -68,7 +68,8 @@ def acquire(slots: Slots, *, limit: int, owner: str, lease_s: int, table: Table 
     `NoSlot` when all `limit` are leased.
     """
     table = handle(table)
-    free = [slot for slot in range(limit) if slot not in _leased(slots, table)]
+    leased = _leased(slots, table)  # one query, not one per slot number
+    free = [slot for slot in range(limit) if slot not in leased]
     random.shuffle(free)
     for slot in free:
         at = now()
