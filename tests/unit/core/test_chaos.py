@@ -17,9 +17,12 @@ def fresh() -> Iterator[None]:
     chaos.reset()
 
 
-def draws(monkeypatch: pytest.MonkeyPatch, environment: str | None, n: int = 400) -> list[bool]:
+def draws(
+    monkeypatch: pytest.MonkeyPatch, environment: str | None, n: int = 400, **config: object
+) -> list[bool]:
     """The first `n` rolls of `crash_before_commit` at 5%, seed 1440, in `environment`'s process."""
-    monkeypatch.setenv("BATCHINFER_CHAOS", json.dumps({"seed": 1440, "crash_before_commit": 0.05}))
+    faults = {"seed": 1440, "crash_before_commit": 0.05, **config}
+    monkeypatch.setenv("BATCHINFER_CHAOS", json.dumps(faults))
     if environment is None:
         monkeypatch.delenv("AWS_LAMBDA_LOG_STREAM_NAME", raising=False)
     else:
@@ -40,3 +43,10 @@ def test_each_environment_draws_faults_of_its_own_and_the_same_seed_repeats_them
     assert draws(monkeypatch, "2026/12/02/[$LATEST]aaaa") == one
     assert draws(monkeypatch, None) == draws(monkeypatch, None)
     assert chaos.injected["crash_before_commit"] == sum(draws(monkeypatch, None))
+
+
+def test_without_per_environment_draws_every_environment_draws_the_seeds_sequence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    same = [draws(monkeypatch, env, per_environment=False) for env in ("[$LATEST]aaaa", "[$LATEST]bbbb")]
+    assert same[0] == same[1] == draws(monkeypatch, None)

@@ -27,7 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ChaosConfig(BaseModel):
-    """Fault rates (probability per opportunity) and the seed of their random choices."""
+    """Fault rates (probability per opportunity) and the seed of their random choices.
+
+    `per_environment` (default true): each execution environment draws its own faults from the seed;
+    false: every environment draws the seed's one sequence, so a seed whose first draws fire makes
+    each fault fire at its first chance in whichever environment meets it (tests/e2e/test_fault_suite.py
+    relies on it), at the price of correlated faults across a function's environments."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -40,6 +45,7 @@ class ChaosConfig(BaseModel):
     slow_backend_seconds: float = Field(0.5, ge=0)
     duplicate_delivery: float = Field(0.0, ge=0, le=1)
     aws_error: float = Field(0.0, ge=0, le=1)
+    per_environment: bool = True
 
 
 class ChaosCrash(RuntimeError):
@@ -55,16 +61,17 @@ injected: Counter[str] = Counter()
 def state() -> tuple[ChaosConfig, dict[str, random.Random]] | None:
     """The parsed `BATCHINFER_CHAOS` config and one random stream per fault, or None when chaos is off.
 
-    One stream per fault: a fault's draws don't depend on how other faults' draws interleave. And one
-    per execution environment (its `AWS_LAMBDA_LOG_STREAM_NAME`, unique to it; none outside Lambda or
-    the local stack): with the seed alone every environment of a function drew the same faults in the
-    same order, so at its k-th commit each of 20 shard workers crashed, or none did (seen in
-    `benchmarks.backlog`: `crash_before_commit` at 2% fired 0 times in about 800 commits)."""
+    One stream per fault: a fault's draws don't depend on how other faults' draws interleave. And,
+    unless `per_environment` is false, one per execution environment (its `AWS_LAMBDA_LOG_STREAM_NAME`,
+    unique to it; none outside Lambda or the local stack): with the seed alone every environment of a
+    function drew the same faults in the same order, so at its k-th commit each of 20 shard workers
+    crashed, or none did (seen in `benchmarks.backlog`: `crash_before_commit` at 2% fired 0 times in
+    about 800 commits)."""
     raw = os.environ.get("BATCHINFER_CHAOS")
     if not raw:
         return None
     config = ChaosConfig.model_validate(json.loads(raw))
-    environment = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME")
+    environment = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME") if config.per_environment else None
     base = f"{config.seed}/{environment}" if environment else str(config.seed)
     return config, {name: random.Random(f"{base}/{name}") for name in ChaosConfig.model_fields}
 
