@@ -13,7 +13,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from batchinfer.api import links, tokenhub
 from batchinfer.api.auth import current_account, idempotency_key
-from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, aws_unavailable, documented
+from batchinfer.api.errors import ApiError, Conflict, NotFound, TooManyRequests, documented, stored_despite
 from batchinfer.core import ids
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
@@ -73,20 +73,16 @@ def _batch_id(account_id: str) -> str:
 
 
 def _stored_despite(error: Exception, batch_id: str, account_id: str) -> BatchHeader:
-    """The header of `batch_id` when its create took effect although an AWS call of it failed past
-    its retries (`errors.aws_unavailable`: the header's transaction answered 5xx or timed out after
-    committing, or the prepare message could not be sent): the create succeeded, and a `validating`
-    batch without its prepare message is the sweeper's to re-send (`pipeline.sweep`). Raises `error`
-    again when the batch is not stored (nothing was created: the caller's retry is safe, a 503), when
-    the read fails too, or when `error` is not AWS being unavailable."""
-    if aws_unavailable(error) is None:
-        raise error
-    try:
+    """The header of `batch_id` when its create took effect although an AWS call of it failed
+    (`errors.stored_despite`: the header's transaction answered 5xx or timed out after committing, or
+    the prepare message could not be sent; a `validating` batch without its prepare message is the
+    sweeper's to re-send, `pipeline.sweep`). Raises `error` again otherwise."""
+
+    def read() -> BatchHeader | None:
         stored = batches.get(batch_id)
-    except Exception:
-        raise error from None
-    if stored is None or stored.account_id != account_id:
-        raise error
+        return stored if stored is not None and stored.account_id == account_id else None
+
+    stored = stored_despite(error, read)
     logger.warning("batch stored although its create failed", extra={"batch_id": batch_id})
     return stored
 

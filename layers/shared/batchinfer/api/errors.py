@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 from botocore.retries.standard import ThrottledRetryableChecker, TransientRetryableChecker
@@ -115,6 +116,26 @@ def aws_unavailable(error: BaseException) -> str | None:
         if reasons <= _TRANSIENT_CANCELLATIONS and reasons != {"None"}:
             return code
     return None
+
+
+T = TypeVar("T")
+
+
+def stored_despite(error: Exception, read: Callable[[], T | None]) -> T:
+    """What `read()` finds stored when a create's write failed past botocore's retries and yet may
+    have taken effect (`aws_unavailable`: a 5xx or a timeout after DynamoDB committed): then the
+    create succeeded and that is its answer, where a 503 would have the caller create a second.
+    Raises `error` again when it is not AWS being unavailable, when `read()` finds nothing (nothing
+    was created: the caller's retry is safe, a 503) or when the read fails too."""
+    if aws_unavailable(error) is None:
+        raise error
+    try:
+        stored = read()
+    except Exception:
+        raise error from None
+    if stored is None:
+        raise error
+    return stored
 
 
 _DESCRIPTIONS = {

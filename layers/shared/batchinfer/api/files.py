@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.params import File, Form, Path,
 
 from batchinfer.api import links
 from batchinfer.api.auth import current_account, idempotency_key
-from batchinfer.api.errors import ApiError, NotFound, aws_unavailable, documented
+from batchinfer.api.errors import ApiError, NotFound, documented, stored_despite
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3
@@ -85,17 +85,8 @@ def upload_file(
     s3.put_bytes(item.bucket, item.key, file.content)
     try:
         files.put(item)
-    except Exception as error:
-        # The record's PutItem failed past its retries; a 5xx or a timeout may still have stored it:
-        # then the file exists and this is its answer (a 503 would have the caller upload a second).
-        if aws_unavailable(error) is None:
-            raise
-        try:
-            stored = files.get(file_id, consistent=True)
-        except Exception:
-            raise error from None
-        if stored is None:
-            raise
+    except Exception as error:  # AWS unavailable: a 503 unless the record was stored all the same
+        stored_despite(error, lambda: files.get(file_id, consistent=True))
     return file_object(item)
 
 
