@@ -45,7 +45,7 @@ class Settings(BaseSettings):
         gt=0,
         le=1,
         description="the fraction of MAX_SHARD_WORKERS one account's shards may run at once on one model "
-        "(issue 12; `account_shard_slots`)",
+        "(so one account cannot hold every worker; `account_shard_slots`)",
     )
     max_requests_per_file: int = Field(50_000, ge=1)
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
@@ -76,12 +76,12 @@ class Settings(BaseSettings):
     max_finalize_attempts: int = Field(
         5, ge=1, description="aggregator runs that could not write the result files before the batch fails"
     )
-    # A shard's lease (issue 12): its worker renews it every third of it while it works
+    # A shard's lease: its worker renews it every third of it while it works
     # (`worker.LeaseHeartbeat`), so a crashed worker's shard is free again at most this long after its
     # last beat. 90 s: two renewals in a row may fail (throttling, a 5xx) before it runs out, and a
     # crashed worker's shard is taken well inside a cancel's seal deadline (`aggregate.settle_deadline`).
     shard_lease_seconds: int = Field(90, ge=1)
-    # The prepare lease (issue 12), like a shard's: renewed every third of it while prepare streams the
+    # The prepare lease, like a shard's: renewed every third of it while prepare streams the
     # input, so a second prepare of the batch is `busy` and the sweeper sends none; a prepare that died
     # leaves the batch to the next one at most this long after its last beat.
     prepare_lease_seconds: int = Field(90, ge=1)

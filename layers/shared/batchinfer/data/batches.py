@@ -182,7 +182,7 @@ def _prepare_write(batch_id: str, update: str, condition: str, values: dict[str,
 
 def claim_prepare(batch_id: str, *, owner: str, lease_seconds: int) -> BatchHeader | None:
     """Lease a `validating` or `in_progress` batch to the prepare `owner` for `lease_seconds` (so one
-    prepare at a time streams its input or sends its shard messages, issue 12); the prepare message
+    prepare at a time streams its input or sends its shard messages); the prepare message
     waiting for it has arrived (`prepare_queued_at` removed). One UpdateItem.
 
     Returns the header as it was before the claim (its `prepare_lease_until` says whether the last

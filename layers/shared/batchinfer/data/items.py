@@ -118,7 +118,7 @@ class BatchHeader(Item):
     finalize_failures: int | None = Field(
         None, description="aggregator runs that could not write the result files; absent until the first"
     )
-    # The prepare lease (issue 12), as a shard's (`Shard`): one prepare at a time streams the input
+    # The prepare lease, as a shard's (`Shard`): one prepare at a time streams the input
     # (`batches.claim_prepare`), renewing the lease while it works; released once its shard messages
     # are sent, or lapsed at once when it fails.
     prepare_owner: str | None = Field(None, description="the prepare that holds or last held the lease")
@@ -235,7 +235,7 @@ def leased(lease_until: int | None, at: int) -> bool:
 def waiting(queued_at: int | None, at: int, wait_seconds: int) -> bool:
     """True while a message sent at `queued_at` (Unix seconds; None: none sent since the last claim)
     may still wait in its queue at `at`: younger than `wait_seconds` (older: SQS dropped it, or it kept
-    failing before any claim and sits in the DLQ). Waiting in a backlog is not failure (issue 12)."""
+    failing before any claim and sits in the DLQ). Waiting in a backlog is not failure."""
     return queued_at is not None and at - queued_at < wait_seconds
 
 

@@ -134,7 +134,7 @@ class _CosSecretProvider(CredentialProvider):
     """botocore credential provider: the COS key pair in Secrets Manager `secret` (JSON
     `{"access_key_id", "secret_access_key"}`), read again every `COS_SECRET_MAX_AGE_S` by botocore's
     own refreshable credentials. The COS client lives as long as its environment: keys read once
-    would outlive a rotation (issue 12)."""
+    would outlive a rotation."""
 
     METHOD = "cos-secret"
     CANONICAL_NAME = "custom-cos-secret"

@@ -48,7 +48,7 @@ def result_prefix(batch_id: str, shard: int, start: int) -> str:
 def result_key(batch_id: str, shard: int, start: int, token: str) -> str:
     """Results of requests `[start, ...)` of a shard as one writer wrote them: `token` is new for each
     write (`ids.write_token`), so a writer that lost the shard's lease never overwrites the key its
-    new holder commits (issue 12); only the key a commit names (`ResultPart.key`) is ever read."""
+    new holder commits; only the key a commit names (`ResultPart.key`) is ever read."""
     return f"{result_prefix(batch_id, shard, start)}{token}.jsonl"
 
 
