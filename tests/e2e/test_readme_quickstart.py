@@ -3,9 +3,10 @@
 The `## Quick start` section's bash block is parsed: the `make local` line starts the stack in the
 background (on a free port: `PORT` is the Makefile's knob, `BATCHINFER_BASE_URL` points the CLI at
 it; the commands themselves run unchanged), every other line runs in order in one bash with `set -e`
-from the repository's root, as a user's second terminal would. The README's SDK snippet then runs
-against the same stack. When the README and the product disagree (a command, an option, a path, the
-key), a command fails and so does this test.
+from the repository's root, as a user's second terminal would. The section's `openai` SDK example then
+runs against the same stack, in the same terminal's environment, to the answers it prints. When the
+README and the product disagree (a command, an option, a path, the key), a command fails and so does
+this test.
 """
 
 from __future__ import annotations
@@ -109,18 +110,20 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
         answers = [json.loads(line) for line in (results / "output.jsonl").read_text().splitlines()]
         assert [answer["custom_id"] for answer in answers] == ["hello-1", "hello-2", "hello-3"]
 
-        # And the README's SDK snippet (above its first section) works against the same stack
-        snippet = first_block(text.split("\n## ", 1)[0], "python")
-        snippet = snippet.replace("http://127.0.0.1:8000/v1", base_url)
+        # And the quick start's SDK example runs in the same terminal, to the answers it prints
+        snippet = first_block(section(text, "Quick start"), "python runnable")
         sdk = subprocess.run(
-            [sys.executable, "-c", snippet + "\nprint(batch.status)"],
+            [sys.executable, "-c", snippet],
             cwd=ROOT,
-            env=env,
+            env={**env, "BATCHINFER_API_KEY": "local", "BATCHINFER_BASE_URL": base_url},
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=180,
         )
-        assert (sdk.returncode, sdk.stdout, sdk.stderr) == (0, "validating\n", "")
+        assert (sdk.returncode, sdk.stderr) == (0, "")
+        summary, *answers = sdk.stdout.splitlines()
+        assert re.fullmatch(r"batch_\w+ completed 3 of 3", summary), sdk.stdout
+        assert [answer.split(" ", 1)[0] for answer in answers] == ["hello-1", "hello-2", "hello-3"]
     finally:
         os.killpg(stack.pid, signal.SIGINT)
         try:
