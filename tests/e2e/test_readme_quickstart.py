@@ -15,15 +15,13 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from support.user_stack import free_port, stop, wait_until_up
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
@@ -47,25 +45,6 @@ def commands(block: str) -> list[str]:
     """The block's commands: lines without their comments, blank lines dropped."""
     lines = [line.split(" #", 1)[0].strip() for line in block.splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until_up(url: str, stack: subprocess.Popen[bytes], timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert stack.poll() is None, f"`make local` exited with {stack.returncode}"
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"the local stack did not answer at {url} within {timeout} s")
 
 
 def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
@@ -125,11 +104,6 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
         assert re.fullmatch(r"batch_\w+ completed 3 of 3", summary), sdk.stdout
         assert [answer.split(" ", 1)[0] for answer in answers] == ["hello-1", "hello-2", "hello-3"]
     finally:
-        os.killpg(stack.pid, signal.SIGINT)
-        try:
-            stack.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
-            stack.wait()
+        stop(stack)
         log.close()
         shutil.rmtree(results, ignore_errors=True)
