@@ -1,1 +1,1 @@
-"""`make bench`: batchinfer measured against the physical limits it runs into, side by side (issue 6)."""
+"""`make bench`: batchinfer measured against the physical limits it runs into, side by side."""

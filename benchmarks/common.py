@@ -234,7 +234,7 @@ HEADER = ["figure", "batchinfer", "reference (same run)", "ratio", "target", "me
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub-flavoured Markdown table (what the README's Performance section holds)."""
+    """A GitHub-flavoured Markdown table (the results files' tables)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Fair shares outside the model (issue 14): shard workers sharing one simulated server, each in its own
+"""Fair shares outside the model: shard workers sharing one simulated server, each in its own
 process with its own limiter, started `--stagger` s apart; each one's share of the answers.
 
 Each worker is `batchinfer.pipeline.worker.run_requests` (the real `AdaptiveLimiter`, the real

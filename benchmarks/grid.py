@@ -1,4 +1,4 @@
-"""The throughput grid (issue 14): whole batches through the local stack against simulated model servers
+"""The throughput grid: whole batches through the local stack against simulated model servers
 of every kind, side by side with the official `openai` SDK told the server's capacity C, and C/L.
 
 Cells: both server kinds (`refusing`: 429 beyond C, as TGI; `queueing`: a FIFO beyond C, as vLLM) x
@@ -14,7 +14,7 @@ bucket, 429 with `retry-after-ms`, as hosted APIs). Each cell:
 - the server's counters: longest queue over the whole run and once settled (from half to 90% of the
   answers served), refusals, peak in the server; the shard workers' RSS (max over their processes,
   sampled); AWS calls of the batch, and its cost per million requests (`aws_calls.cost_per_million`,
-  the README's cost basis: the shard worker billed its wall time).
+  the cost basis of docs/performance.md: the shard worker billed its wall time).
 
 One stack and one server process serve the whole grid (`sim_backend`'s `/reset` sets each cell's kind
 and sizes). ShardSize 5,120: one shard up to C = 128, 2 (L = 1.0) or 4 (L = 0.2) shards in
@@ -364,7 +364,7 @@ GRID_HEADER = [
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The grid as a Markdown table (the README's)."""
+    """The grid as a Markdown table (in the results file)."""
     return markdown_table(
         GRID_HEADER,
         [

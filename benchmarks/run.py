@@ -16,6 +16,10 @@ then the AWS calls per 1,000 requests by operation and the cost per million requ
 
     .venv/bin/python benchmarks/run.py                 # everything (about 35 minutes on 2 cores)
     .venv/bin/python benchmarks/run.py --only prepare,aggregation
+
+The report is printed and written to benchmarks/results/: a dated copy of every run
+(`<date>-<time>-make-bench.md`, `...-make-bench-<sections>.md` for an `--only` run) and, for a run of
+every section, `latest.md`, which docs/performance.md links.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks.common import HEADER, Row, markdown_table
 
 SECTIONS = ("grid", "saturation", "embedded", "prepare", "aggregation", "backlog", "aws")
+RESULTS = Path(__file__).resolve().parent / "results"
 LATENCY_S, CAPACITY = 0.5, 48  # the simulated backend of the saturation section
 
 
@@ -332,44 +339,104 @@ def aws_calls(rows: list[Row], notes: list[str], worker_rate: float | None) -> s
     return f"{calls}\n\n{cost}"
 
 
+def report(rows: list[Row], tables: list[str], notes: list[str]) -> str:
+    """The run's Markdown report: the ratio table, the section tables (`tables`, empty ones skipped), the
+    notes as a list."""
+    parts = [markdown_table(HEADER, [row.cells() for row in rows]), *(t for t in tables if t)]
+    if notes:
+        parts.append("\n".join(f"- {note}" for note in notes))
+    return "\n\n".join(parts) + "\n"
+
+
+def _commit() -> str:
+    """The checked-out commit (`git describe --always --dirty`), or "unknown" outside a git checkout."""
+    try:
+        found = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=RESULTS,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return found.stdout.strip() or "unknown"
+
+
+def write_results(
+    body: str,
+    *,
+    sections: list[str],
+    seconds: float,
+    when: datetime,
+    directory: Path = RESULTS,
+    commit: str = "unknown",
+    machine: str = "",
+) -> list[Path]:
+    """Write one run's report to `directory` (created if missing): a dated copy, and `latest.md` when
+    `sections` is every section of `SECTIONS`. Returns the paths written, the dated copy first.
+
+    `body`: the Markdown of `report`; `when`: the run's start (UTC; names the dated copy
+    `YYYY-MM-DD-HHMM-make-bench.md`, with `-<sections>` for a partial run); `seconds`: its wall time;
+    `machine`: a line on the machine (CPUs, load). Documentation links `latest.md`, so re-running the
+    benchmarks never changes the documentation itself.
+    """
+    full = list(sections) == list(SECTIONS)
+    suffix = "" if full else "-" + "-".join(sections)
+    title = f"# `make bench`, {when:%Y-%m-%d %H:%M} UTC"
+    done = f"{len(sections)} sections ({', '.join(sections)}) in {seconds:.0f} s; commit `{commit}`"
+    text = "\n\n".join(filter(None, [title, f"{done}. {machine}".strip(), body.rstrip()])) + "\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [directory / f"{when:%Y-%m-%d-%H%M}-make-bench{suffix}.md"]
+    if full:
+        written.append(directory / "latest.md")
+    for path in written:
+        path.write_text(text, encoding="utf-8")
+    return written
+
+
+def _run_section(section: str, rows: list[Row], notes: list[str], worker_rate: float | None) -> Any:
+    """Run one section, adding its rows and notes; returns its table, or the saturation result."""
+    if section == "grid":
+        return grid(rows, notes)
+    if section == "saturation":
+        return saturation(rows, notes)
+    if section == "aws":
+        return aws_calls(rows, notes, worker_rate)
+    {"embedded": embedded, "prepare": prepare, "aggregation": aggregation, "backlog": backlog}[section](
+        rows, notes
+    )
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}"
     )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the report is written")
     args = parser.parse_args()
-    chosen = [s for s in args.only.split(",") if s]
-    unknown = set(chosen) - set(SECTIONS)
+    chosen = [s for s in SECTIONS if s in args.only.split(",")]
+    unknown = {s for s in args.only.split(",") if s} - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     rows: list[Row] = []
     notes: list[str] = []
-    extra = ""
-    grid_table = ""
+    tables = {"grid": "", "aws": ""}
     worker_rate = None
-    started = time.monotonic()
-    for section in SECTIONS:
-        if section not in chosen:
-            continue
+    when, started = datetime.now(UTC), time.monotonic()
+    machine = f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start."
+    for section in chosen:
         _say(f"{section} ...")
         before = len(rows)
         try:
-            if section == "grid":
-                grid_table = grid(rows, notes)
-            elif section == "saturation":
-                worker_rate = saturation(rows, notes)["worker"].rate()
-            elif section == "embedded":
-                embedded(rows, notes)
-            elif section == "prepare":
-                prepare(rows, notes)
-            elif section == "aggregation":
-                aggregation(rows, notes)
-            elif section == "backlog":
-                backlog(rows, notes)
-            else:
-                extra = aws_calls(rows, notes, worker_rate)
+            result = _run_section(section, rows, notes, worker_rate)
+            if section == "saturation":
+                worker_rate = result["worker"].rate()
+            elif section in tables:
+                tables[section] = result
         except Exception as error:  # one broken section must not cost the others' figures
             logging.getLogger("bench").exception("section %s failed", section)
             rows.append(
@@ -377,17 +444,20 @@ def main() -> None:
             )
         for row in rows[before:]:
             _say(" | ".join(row.cells()))
-    print(markdown_table(HEADER, [row.cells() for row in rows]))
-    if grid_table:
-        print()
-        print(grid_table)
-    if extra:
-        print()
-        print(extra)
-    print()
-    for note in notes:
-        print(f"- {note}")
-    print(f"\n{len(chosen)} sections in {time.monotonic() - started:.0f} s on {os.cpu_count()} CPUs")
+    body = report(rows, [tables["grid"], tables["aws"]], notes)
+    seconds = time.monotonic() - started
+    print(body)
+    print(f"{len(chosen)} sections in {seconds:.0f} s on {os.cpu_count()} CPUs")
+    paths = write_results(
+        body,
+        sections=chosen,
+        seconds=seconds,
+        when=when,
+        directory=args.results,
+        commit=_commit(),
+        machine=machine,
+    )
+    _say(f"wrote {', '.join(str(p) for p in paths)}")
     if any(row.met is False for row in rows):
         print("some targets were not met", file=sys.stderr)
 

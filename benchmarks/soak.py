@@ -1,4 +1,4 @@
-"""Soak: a 10,000-line batch through the local stack with every fault at 5% (issue 5).
+"""Soak: a 10,000-line batch through the local stack with every fault at 5%.
 
     .venv/bin/python -m benchmarks.soak [--lines 10000] [--rate 0.05] [--seed 1440]
 

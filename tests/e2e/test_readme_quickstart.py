@@ -3,9 +3,10 @@
 The `## Quick start` section's bash block is parsed: the `make local` line starts the stack in the
 background (on a free port: `PORT` is the Makefile's knob, `BATCHINFER_BASE_URL` points the CLI at
 it; the commands themselves run unchanged), every other line runs in order in one bash with `set -e`
-from the repository's root, as a user's second terminal would. The README's SDK snippet then runs
-against the same stack. When the README and the product disagree (a command, an option, a path, the
-key), a command fails and so does this test.
+from the repository's root, as a user's second terminal would. The section's `openai` SDK example then
+runs against the same stack, in the same terminal's environment, to the answers it prints. When the
+README and the product disagree (a command, an option, a path, the key), a command fails and so does
+this test.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from support.user_stack import free_port, stop, wait_until_up
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
@@ -46,25 +45,6 @@ def commands(block: str) -> list[str]:
     """The block's commands: lines without their comments, blank lines dropped."""
     lines = [line.split(" #", 1)[0].strip() for line in block.splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until_up(url: str, stack: subprocess.Popen[bytes], timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert stack.poll() is None, f"`make local` exited with {stack.returncode}"
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"the local stack did not answer at {url} within {timeout} s")
 
 
 def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
@@ -109,24 +89,21 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
         answers = [json.loads(line) for line in (results / "output.jsonl").read_text().splitlines()]
         assert [answer["custom_id"] for answer in answers] == ["hello-1", "hello-2", "hello-3"]
 
-        # And the README's SDK snippet (above its first section) works against the same stack
-        snippet = first_block(text.split("\n## ", 1)[0], "python")
-        snippet = snippet.replace("http://127.0.0.1:8000/v1", base_url)
+        # And the quick start's SDK example runs in the same terminal, to the answers it prints
+        snippet = first_block(section(text, "Quick start"), "python runnable")
         sdk = subprocess.run(
-            [sys.executable, "-c", snippet + "\nprint(batch.status)"],
+            [sys.executable, "-c", snippet],
             cwd=ROOT,
-            env=env,
+            env={**env, "BATCHINFER_API_KEY": "local", "BATCHINFER_BASE_URL": base_url},
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=180,
         )
-        assert (sdk.returncode, sdk.stdout, sdk.stderr) == (0, "validating\n", "")
+        assert (sdk.returncode, sdk.stderr) == (0, "")
+        summary, *answers = sdk.stdout.splitlines()
+        assert re.fullmatch(r"batch_\w+ completed 3 of 3", summary), sdk.stdout
+        assert [answer.split(" ", 1)[0] for answer in answers] == ["hello-1", "hello-2", "hello-3"]
     finally:
-        os.killpg(stack.pid, signal.SIGINT)
-        try:
-            stack.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
-            stack.wait()
+        stop(stack)
         log.close()
         shutil.rmtree(results, ignore_errors=True)

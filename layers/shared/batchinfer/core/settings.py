@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     webhook_queue_url: str = Field("", description="webhook deliveries (pipeline.webhooks); '' sends none")
     event_bus_name: str = Field("default", description="the EventBridge bus batch status events go to")
     webhook_timeout_seconds: float = Field(10.0, gt=0, description="one webhook POST, connect to answer")
-    # Defaults measured by `make bench` (README "Performance"), kept equal to template.yaml's.
+    # Defaults measured by `make bench` (docs/performance.md), kept equal to template.yaml's.
     shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
     worker_concurrency: int = Field(
         512,
