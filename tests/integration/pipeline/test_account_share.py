@@ -20,7 +20,8 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, inflight, keys, shards
 from batchinfer.data.sqs import ShardMessage
 from batchinfer.data.table import now
-from batchinfer.pipeline import sweep, worker
+from batchinfer.pipeline import sweep
+from batchinfer.pipeline.shard import worker
 from support.api_stack import HoldableUpstream
 from support.moto_env import Aws
 from support.pipeline import prepared

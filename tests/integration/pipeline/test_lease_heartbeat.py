@@ -21,7 +21,8 @@ from batchinfer.core import aws, chaos
 from batchinfer.data import batches, keys, s3, shards
 from batchinfer.data.sqs import ShardMessage
 from batchinfer.data.table import now
-from batchinfer.pipeline import aggregate, worker
+from batchinfer.pipeline import aggregate
+from batchinfer.pipeline.shard import worker
 from support.api_stack import HoldableUpstream
 from support.moto_env import Aws
 from support.pipeline import prepared, result_lines, run_shard

@@ -15,7 +15,7 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, ResultPart
 from batchinfer.data.table import now
-from batchinfer.pipeline import aggregate, prepare, sweep, worker
+from batchinfer.pipeline import aggregate, prepare, sweep
 from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
 from support.data import reads
@@ -247,7 +247,7 @@ def test_giving_up_on_a_shard_a_worker_just_claimed_writes_nothing(
     assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
 
     # When the sweeper gives up on it
-    failed = worker.fail_shard(batch_id, shard, "given up")
+    failed = sweep.fail_shard(batch_id, shard, "given up")
 
     # Then nothing is written under the worker (its result key is its own) and nothing counted
     assert failed is False

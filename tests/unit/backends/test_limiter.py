@@ -26,7 +26,7 @@ from batchinfer.backends.limiter import (
     queue_band,
     vegas_queue,
 )
-from batchinfer.pipeline.worker import OVERLOADED_BACKOFF_BASE_S, OVERLOADED_BACKOFF_CAP_S
+from batchinfer.pipeline.shard.retry import OVERLOADED_BACKOFF_BASE_S, OVERLOADED_BACKOFF_CAP_S
 
 # ------------------------------------------------------------------------------------ the pure rules
 

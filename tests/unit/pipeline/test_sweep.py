@@ -86,7 +86,7 @@ class Fake:
             (sweep.shards, "query", query),
             (sweep.shards, "bump_redrives", bump_redrives),
             (sweep.sqs, "send", send),
-            (sweep.worker, "fail_shard", fail_shard),
+            (sweep, "fail_shard", fail_shard),
         ]:
             monkeypatch.setattr(target, name, fake)
 

@@ -16,7 +16,8 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchHeader
 from batchinfer.data.table import CONFLICT_ATTEMPTS
-from batchinfer.pipeline import intake, worker
+from batchinfer.pipeline import intake
+from batchinfer.pipeline.shard import worker
 from support.data import intercept_transactions
 from support.moto_env import Aws, sqs_event
 
