@@ -1,4 +1,4 @@
-"""One account's share of a backend's shard workers is bounded (issue 12, `AccountShardShare`): a
+"""One account's share of a backend's shard workers is bounded (`AccountShardShare`): a
 shard of an account whose slots on the model are all held waits (its message comes back later,
 nothing counted, the model not called, the sweeper sees it queued), then completes normally.
 

@@ -1,4 +1,4 @@
-"""The shard lease's heartbeat (issue 12): a worker renews its short lease while it works, so a slow
+"""The shard lease's heartbeat: a worker renews its short lease while it works, so a slow
 shard is never taken from its live worker, a crashed worker's shard is free one lease after its last
 beat, and a worker that lost its lease stops and commits nothing.
 
