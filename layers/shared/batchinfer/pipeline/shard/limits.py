@@ -62,6 +62,8 @@ class Limited:
         return self._started
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The backend's answer to `body`, sent with a permit; raises `NotStarted` (see the class) or
+        what the backend raised."""
         permit = await self.limiter.acquire(first_in_line=self._started)
         if not self._started:
             if self.out_of_time():
@@ -152,6 +154,7 @@ class Timed:
         self.backend, self.latency = backend, latency
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The backend's answer to `body` (or its error), timed."""
         started = time.monotonic()
         try:
             answer = await self.backend.chat_completion(body)

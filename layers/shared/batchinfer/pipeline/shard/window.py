@@ -75,7 +75,7 @@ async def run_requests(
     return window.prefix()
 
 
-@dataclass
+@dataclass(eq=False)
 class WindowRun:
     """Run `requests` of batch `batch_id` on `backend`, launched in input order, at most `concurrency`
     in flight (`run()` -> `Window`; one run per instance).
