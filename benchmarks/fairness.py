@@ -1,7 +1,7 @@
 """Fair shares outside the model: shard workers sharing one simulated server, each in its own
 process with its own limiter, started `--stagger` s apart; each one's share of the answers.
 
-Each worker is `batchinfer.pipeline.worker.run_requests` (the real `AdaptiveLimiter`, the real
+Each worker is `batchinfer.pipeline.shard.window.run_requests` (the real `AdaptiveLimiter`, the real
 `openai` backend on aiohttp, from a model registry) on `--n` requests of a shard file, as
 `benchmarks.saturation.run_worker` runs one; a worker records the wall time of each answer. The share
 is each worker's part of the answers over the second half of the time all of them were sending (from
@@ -34,7 +34,9 @@ def worker(base_url: str, n: int, start: float, concurrency: int) -> dict[str, A
     limit (its limiter's at the end), peak (most in flight)}."""
     from batchinfer.backends.registry import load_registry
     from batchinfer.core.observability import logger
-    from batchinfer.pipeline import worker as shard_worker
+    from batchinfer.pipeline.shard.limits import limiter_for
+    from batchinfer.pipeline.shard.requests import parse_shard
+    from batchinfer.pipeline.shard.window import run_requests
 
     logger.setLevel("WARNING")
     shard = b"".join(b"%d\t%s\n" % (i + 1, json.dumps(request_line(i)).encode()) for i in range(n))
@@ -54,10 +56,10 @@ def worker(base_url: str, n: int, start: float, concurrency: int) -> dict[str, A
             return answer
 
         backend.chat_completion = timed  # the instance only: the worker's limiter is still keyed on it
-        requests = shard_worker.parse_shard(shard)
+        requests = parse_shard(shard)
         time.sleep(max(0.0, start - time.time()))
         outcomes = asyncio.run(
-            shard_worker.run_requests(
+            run_requests(
                 backend,
                 requests,
                 "batch_fairness",
@@ -66,7 +68,7 @@ def worker(base_url: str, n: int, start: float, concurrency: int) -> dict[str, A
                 reserve_ms=0,
             )
         )
-        limiter = shard_worker.limiter_for(backend, concurrency)
+        limiter = limiter_for(backend, concurrency)
     ok = sum(1 for o in outcomes if o.ok)
     return {
         "answers": answers,

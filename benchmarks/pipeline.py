@@ -55,7 +55,8 @@ class _Registry:
 @contextmanager
 def instant_model() -> Iterator[None]:
     """Make every model name of the registry answer with `InstantBackend` (prepare and worker)."""
-    from batchinfer.pipeline import prepare, worker
+    from batchinfer.pipeline import prepare
+    from batchinfer.pipeline.shard import worker
 
     registry = _Registry(InstantBackend())
     saved = worker.load_registry, prepare.load_registry
@@ -93,8 +94,9 @@ def run_shards(n: int) -> str:
     from batchinfer.core.settings import get_settings
     from batchinfer.data import shards, sqs
     from batchinfer.data.s3 import upload_stream
-    from batchinfer.pipeline import intake, worker
+    from batchinfer.pipeline import intake
     from batchinfer.pipeline.prepare import prepare_batch
+    from batchinfer.pipeline.shard import worker
 
     bucket = get_settings().bucket_name
     key = f"files/pipeline-{n}-{time.time_ns()}"

@@ -1,6 +1,6 @@
 """Backend saturation: the shard worker against a simulated backend of known capacity C/L.
 
-The worker (`batchinfer.pipeline.worker.run_requests` with the real `openai` backend from a model registry,
+The worker (`pipeline.shard.window.run_requests` with the real `openai` backend from a model registry,
 on requests parsed from a shard file as prepare writes it) runs a 2,000-request batch with its
 default concurrency ceiling, which is above the backend's capacity: it has to find C by itself.
 The baseline is the ten-line client anyone would write, told C: asyncio + httpx, C in flight.
@@ -130,18 +130,19 @@ def run_plain(sim: SimBackend, n: int) -> Run:
 
 
 def run_worker(sim: SimBackend, n: int, ceiling: int) -> Run:
-    """`worker.run_requests` on an n-request shard with concurrency ceiling `ceiling`."""
+    """`run_requests` on an n-request shard with concurrency ceiling `ceiling`."""
     from batchinfer.backends.registry import load_registry
-    from batchinfer.pipeline import worker
+    from batchinfer.pipeline.shard.requests import parse_shard
+    from batchinfer.pipeline.shard.window import run_requests
 
     shard = b"".join(b"%d\t%s\n" % (i + 1, json.dumps(request_line(i)).encode()) for i in range(n))
     with tempfile.TemporaryDirectory() as tmp:
         backend = load_registry(sim.registry(Path(tmp))).backend("sim-model")
-        requests = worker.parse_shard(shard)
+        requests = parse_shard(shard)
         sim.reset()
         with Stopwatch() as watch:
             outcomes = asyncio.run(
-                worker.run_requests(
+                run_requests(
                     backend,
                     requests,
                     "batch_bench",
@@ -161,7 +162,7 @@ def measure(
     """Both clients on the same simulated backend, alternating `rounds` times; each side's runs summed
     (its requests/s over all of them: throughput, as the embedded section compares totals)."""
     from batchinfer.core.settings import Settings
-    from batchinfer.pipeline import worker
+    from batchinfer.pipeline.shard import limits
 
     ceiling = ceiling or Settings.model_fields["worker_concurrency"].default
     plain_runs: list[Run] = []
@@ -170,7 +171,7 @@ def measure(
     with SimBackend(latency, capacity) as sim:
         for _ in range(rounds):
             plain_runs.append(run_plain(sim, n))
-            worker._LIMITERS.clear()  # a cold worker: it finds C again
+            limits._LIMITERS.clear()  # a cold worker: it finds C again
             started = time.process_time()
             worker_runs.append(run_worker(sim, n, ceiling))
             cpu += time.process_time() - started

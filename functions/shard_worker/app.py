@@ -7,7 +7,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.core.observability import logger, metrics, tracer
 from batchinfer.data.sqs import ShardMessage
-from batchinfer.pipeline.worker import process_shard
+from batchinfer.pipeline.shard.worker import process_shard
 
 
 class ShardRecord(SqsRecordModel):

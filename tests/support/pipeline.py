@@ -12,7 +12,8 @@ from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import files, s3
 from batchinfer.data.sqs import ShardMessage
-from batchinfer.pipeline import intake, prepare, worker
+from batchinfer.pipeline import intake, prepare
+from batchinfer.pipeline.shard import worker
 from support.moto_env import Aws
 
 

@@ -117,7 +117,7 @@ def test_imports_point_down_the_layers() -> None:
 
 
 # Within backends/: base < config < http and llama_engine (what a backend runs on) < each backend <
-# registry (limiter and chaos stand beside).
+# registry (limiter, limiter_rules and chaos stand beside).
 BACKEND_ORDER = {
     "base": 0,
     "config": 1,

@@ -17,7 +17,8 @@ import pytest
 
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.backends.kserve_v2 import KServeV2Backend
-from batchinfer.pipeline.worker import call_backend, for_endpoint
+from batchinfer.pipeline.shard.retry import call_backend
+from batchinfer.pipeline.shard.worker import for_endpoint
 from batchinfer.wire.kserve import SamplingParams, TokenResult
 
 pytestmark = pytest.mark.timeout(60)

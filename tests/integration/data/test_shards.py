@@ -251,7 +251,7 @@ def test_a_failed_condition_is_an_answer_even_with_a_conflict(
     assert len(seen.calls) == 1 and seen.waits == []
 
 
-# ---- live progress (issue 13) ----------------------------------------------------------------------
+# ---- live progress ----------------------------------------------------------------------------------
 
 
 def live(start: int = 0, **counts: int) -> LiveProgress:

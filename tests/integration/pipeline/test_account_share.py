@@ -1,4 +1,4 @@
-"""One account's share of a backend's shard workers is bounded (issue 12, `AccountShardShare`): a
+"""One account's share of a backend's shard workers is bounded (`AccountShardShare`): a
 shard of an account whose slots on the model are all held waits (its message comes back later,
 nothing counted, the model not called, the sweeper sees it queued), then completes normally.
 
@@ -20,7 +20,8 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, inflight, keys, shards
 from batchinfer.data.sqs import ShardMessage
 from batchinfer.data.table import now
-from batchinfer.pipeline import sweep, worker
+from batchinfer.pipeline import sweep
+from batchinfer.pipeline.shard import worker
 from support.api_stack import HoldableUpstream
 from support.moto_env import Aws
 from support.pipeline import prepared

@@ -282,7 +282,7 @@ def test_the_error_file_of_a_cancelled_batch_is_in_input_order(
 def test_results_that_cannot_be_written_end_the_batch_failed_after_bounded_attempts(
     moto_aws: Aws, upstream: HoldableUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a batch that ran, whose output bucket is gone (deleted, or access revoked: issue 12)
+    # Given a batch that ran, whose output bucket is gone (deleted, or access revoked)
     monkeypatch.setenv("MAX_FINALIZE_ATTEMPTS", "3")
     batch_id = prepared(
         moto_aws, lines("a", "b", "c"), monkeypatch, output_bucket="batchinfer-gone", output_prefix="out/"

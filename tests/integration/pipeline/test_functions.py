@@ -327,7 +327,7 @@ def test_a_backend_that_fails_every_request_still_ends_the_batch(
         "    base_url: http://127.0.0.1:9/v1\n    model: m\n    api_key: unused\n    timeout: 2\n"
     )
     monkeypatch.setenv("MODEL_REGISTRY", str(registry))
-    monkeypatch.setattr("batchinfer.pipeline.worker.BACKOFF_BASE_S", 0.01)
+    monkeypatch.setattr("batchinfer.pipeline.shard.retry.BACKOFF_BASE_S", 0.01)
     batch_id = create(moto_aws, LINES, shard_size=5, monkeypatch=monkeypatch)
     # When it runs: every request is retried, then recorded with the backend's status and message
     header = run_to_end(moto_aws, prepare(moto_aws))

@@ -114,7 +114,7 @@ def uploaded(aws: Aws, key: str, data: bytes) -> dict[str, Any]:
 def test_prepare_reads_the_object_the_event_named_not_a_later_overwrite(
     moto_aws: Aws, versioned: bool
 ) -> None:
-    # Given an inbox upload of one request, overwritten with two before its batch was prepared (issue 12)
+    # Given an inbox upload of one request, overwritten with two before its batch was prepared
     if versioned:
         s3.s3_client().put_bucket_versioning(
             Bucket=moto_aws.bucket, VersioningConfiguration={"Status": "Enabled"}
@@ -178,7 +178,7 @@ def upload_and_trigger(aws: Aws, key: str, deliveries: int = 1) -> str:
 def test_an_inbox_upload_over_an_account_limit_fails_its_batch_and_says_which(
     moto_aws: Aws, limits: dict[str, int], code: str, message: str
 ) -> None:
-    # Given the inbox account at its limit after one upload (issue 12: the inbox bypassed the limits)
+    # Given the inbox account at its limit after one upload (the inbox must not bypass the limits)
     accounts.configure_account("default", **limits)
     first = upload_and_trigger(moto_aws, "inbox/one.jsonl")
     assert moto_aws.messages("PrepareQueue") == [{"batch_id": first}]

@@ -1,4 +1,4 @@
-"""The shard lease's heartbeat (issue 12): a worker renews its short lease while it works, so a slow
+"""The shard lease's heartbeat: a worker renews its short lease while it works, so a slow
 shard is never taken from its live worker, a crashed worker's shard is free one lease after its last
 beat, and a worker that lost its lease stops and commits nothing.
 
@@ -21,7 +21,8 @@ from batchinfer.core import aws, chaos
 from batchinfer.data import batches, keys, s3, shards
 from batchinfer.data.sqs import ShardMessage
 from batchinfer.data.table import now
-from batchinfer.pipeline import aggregate, worker
+from batchinfer.pipeline import aggregate
+from batchinfer.pipeline.shard import worker
 from support.api_stack import HoldableUpstream
 from support.moto_env import Aws
 from support.pipeline import prepared, result_lines, run_shard

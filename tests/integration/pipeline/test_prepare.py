@@ -207,7 +207,7 @@ def test_errors_that_would_not_fit_in_one_item_are_cut_to_a_byte_budget(
 ) -> None:
     # Given 800 lines without a body, whose errors name the lines' other keys: the first line has
     # 3,000 of them (a message of 190 KB if all were named), past DynamoDB's 400 KB item limit if kept
-    # whole (issue 12: the cap counted errors, not bytes, and the batch stayed `validating`)
+    # whole (the cap must count bytes, not errors, or the batch stays `validating`)
     def line(n: int, keys: int) -> str:
         others = {f"key{k:04d}": k for k in range(keys)}
         return json.dumps({"custom_id": f"c{n}", "method": "POST", "url": "/v1/chat/completions"} | others)
@@ -268,7 +268,7 @@ def test_a_prepare_at_work_past_stuck_after_is_neither_resent_nor_run_twice(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a prepare streaming a batch's input (paused after its first shard) longer than a lease and
-    # than the sweeper's quiet time (issue 12: a 20,000-line input takes minutes)
+    # than the sweeper's quiet time (a 20,000-line input takes minutes)
     monkeypatch.setenv("PREPARE_LEASE_SECONDS", str(LEASE))
     monkeypatch.setenv("STUCK_AFTER_SECONDS", "1")
     batch_id = create(moto_aws, FIVE, monkeypatch)

@@ -1,4 +1,4 @@
-"""Races between the last shard's commit and a cancel or an expiry (issue 5): whichever wins, every
+"""Races between the last shard's commit and a cancel or an expiry: whichever wins, every
 line ends in exactly one result file, counts add up and the status is terminal.
 
 The races are DynamoDB's: the model is a scripted upstream (`support.scripted`), answering at once.
@@ -109,7 +109,7 @@ def test_a_cancel_during_the_last_commit_keeps_its_answers(
     during_last_commit(monkeypatch, cancel_and_aggregate)
     moto_aws.invoke("ShardWorkerFunction", sqs_event([last]))  # the aggregator waited for its lease
     header = finish(moto_aws, batch_id)
-    # The aggregator did not end the batch under the worker's live lease (issue 17): nothing answered is lost.
+    # The aggregator did not end the batch under the worker's live lease: nothing answered is lost.
     assert (waited[1].status, waited[1].sealed) == ("cancelling", None)
     assert (header.status, header.request_counts.model_dump()) == (
         "cancelled",

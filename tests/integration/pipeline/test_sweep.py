@@ -15,7 +15,7 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, ResultPart
 from batchinfer.data.table import now
-from batchinfer.pipeline import aggregate, prepare, sweep, worker
+from batchinfer.pipeline import aggregate, prepare, sweep
 from batchinfer.wire.status import BatchStatus
 from support.api_stack import chat_line, jsonl
 from support.data import reads
@@ -58,7 +58,7 @@ def test_a_running_batch_past_its_window_begins_its_expiry(
     header = batches.get(batch_id)
     assert (header.status, header.sealed, header.final_status) == ("finalizing", None, "expired")
     assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
-    # A shard's worker still commits what it finished (issue 17): the aggregator seals after
+    # A shard's worker still commits what it finished: the aggregator seals after
     part = ResultPart(key="k", start=0, end=2, output_bytes=0, bytes=0)
     assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
     assert shards.commit(
@@ -105,7 +105,7 @@ def test_a_quiet_validating_batch_gets_its_prepare_again(
 def test_a_prepare_message_waiting_in_a_backlog_is_never_sent_again(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a batch whose prepare message waits behind other batches' (sent, never received: issue 12)
+    # Given a batch whose prepare message waits behind other batches' (sent, never received)
     monkeypatch.setenv("PREPARE_WAIT_SECONDS", str(5 * stuck()))  # within the 24h window here
     batch_id = create(moto_aws, lines(3), monkeypatch)
     prepare_message = [{"batch_id": batch_id}]
@@ -157,7 +157,7 @@ def test_a_prepare_that_died_is_sent_again_once_its_lease_lapsed(
 def test_a_shard_waiting_in_a_backlog_is_never_redriven_nor_failed(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a batch whose shard messages wait behind other batches' work (sent, never received: issue 12)
+    # Given a batch whose shard messages wait behind other batches' work (sent, never received)
     monkeypatch.setenv("MAX_SHARD_ATTEMPTS", "1")
     monkeypatch.setenv("SHARD_WAIT_SECONDS", str(5 * stuck()))  # within the 24h window here
     batch_id = prepared(moto_aws, lines(3), monkeypatch)
@@ -241,13 +241,13 @@ def test_a_shard_redriven_too_often_is_failed_and_the_batch_ends(
 def test_giving_up_on_a_shard_a_worker_just_claimed_writes_nothing(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a shard the sweeper found without a lease, claimed by a worker the moment after (issue 12)
+    # Given a shard the sweeper found without a lease, claimed by a worker the moment after
     batch_id = prepared(moto_aws, lines(2), monkeypatch)
     shard = shards.get(batch_id, 0)
     assert shards.claim(batch_id, 0, owner="worker", lease_seconds=60) is not None
 
     # When the sweeper gives up on it
-    failed = worker.fail_shard(batch_id, shard, "given up")
+    failed = sweep.fail_shard(batch_id, shard, "given up")
 
     # Then nothing is written under the worker (its result key is its own) and nothing counted
     assert failed is False

@@ -86,7 +86,7 @@ class Fake:
             (sweep.shards, "query", query),
             (sweep.shards, "bump_redrives", bump_redrives),
             (sweep.sqs, "send", send),
-            (sweep.worker, "fail_shard", fail_shard),
+            (sweep, "fail_shard", fail_shard),
         ]:
             monkeypatch.setattr(target, name, fake)
 
@@ -110,7 +110,7 @@ def test_an_overdue_batch_begins_its_expiry_and_is_sent_to_the_aggregator(
     # Due this very second, and busy (progress just now): expiry does not wait for a quiet batch
     fake = Fake(monkeypatch, [header(S.IN_PROGRESS, expires_at=AT, **RUNNING, progress_at=AT)])
     assert sweep.sweep() == {**NO_ACTIONS, "expired": 1, "past_window": 1}
-    # Not sealed: the workers commit what they finish; the aggregator seals once they did (issue 17)
+    # Not sealed: the workers commit what they finish; the aggregator seals once they did
     assert fake.transitions == [("batch_1", S.FINALIZING, BatchChanges(final_status=S.EXPIRED), AT)]
     assert fake.sent == [("finalize", {"batch_id": "batch_1"})]
 
@@ -260,7 +260,7 @@ def test_one_pass_acts_on_every_open_batch(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.parametrize(
     ("batch", "sent"),
     [
-        # A prepare streams the input (its lease renewed to this second): slow, not lost (issue 12)
+        # A prepare streams the input (its lease renewed to this second): slow, not lost
         (header(S.VALIDATING, prepare_lease_until=AT), []),
         # Its message waits in a backlog of the prepare queue, a second short of the wait limit
         (header(S.VALIDATING, prepare_queued_at=AT - WAIT + 1), []),

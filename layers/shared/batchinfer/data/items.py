@@ -144,7 +144,7 @@ class BatchHeader(Item):
         uncommitted progress (`live`), capped by the total (completed first, then failed).
 
         Monotonic while the batch runs: the worker that redoes a crashed worker's window publishes at
-        least what that one had published (`pipeline.worker.ProgressLink`). A terminal batch shows its
+        least what that one had published (`pipeline.shard.progress.ProgressLink`). A terminal batch shows its
         exact committed counts.
         """
         counts, usage = self.request_counts, self.usage

@@ -42,7 +42,7 @@ them in shard order. The counters hold `active_batches` (batches counted by
 `batches.create_limited` and not yet terminal) and `creates` plus `ttl` (DynamoDB's time to live
 removes a minute's counter an hour after it). A `/v2` slot is one request in flight of the account
 (`data.inflight`), held until `lease_until`; `ttl` removes it later. A shard slot is one shard worker
-of the account running on `<model>` (`pipeline.worker`, `AccountShardShare`), the same way.
+of the account running on `<model>` (`pipeline.shard.worker`, `AccountShardShare`), the same way.
 """
 
 from __future__ import annotations

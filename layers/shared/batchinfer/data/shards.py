@@ -80,7 +80,7 @@ def claim(batch_id: str, shard_no: int, *, owner: str, lease_seconds: int) -> Sh
 def mark_waiting(batch_id: str, shard_no: int, *, at: int) -> bool:
     """Record that a message for a pending shard that nobody holds waits in the queue again since `at`
     (Unix seconds: `queued_at`, see `Shard.waiting`), counting nothing (no attempt, no re-drive): its
-    worker found no free slot of the account's share (`pipeline.worker`). False when the shard is done
+    worker found no free slot of the account's share (`pipeline.shard.worker`). False when the shard is done
     or a live lease holds it (the message is a duplicate: nothing changed)."""
     return (
         conditional(
@@ -123,7 +123,7 @@ def release(batch_id: str, shard_no: int, *, owner: str, continuation: bool = Fa
     """Give up `owner`'s lease early, so the next message can claim the shard at once. A `continuation`
     (the invocation ran short of time, committed what it finished and sends the shard's message
     again) hands its attempt back too and marks that message queued (`queued_at`): only claims whose
-    holder died count toward `max_shard_attempts` (issue 12), so a healthy shard that needs many
+    holder died count toward `max_shard_attempts`, so a healthy shard that needs many
     invocations keeps going. Returns False when `owner` does not hold it (nothing changed).
     """
     values: dict[str, Any] = {":owner": owner}
@@ -187,9 +187,43 @@ def commit(
     conflict is retried (`table.retry_conflicts`) and raised if it persists, never taken for False.
     """
     done = part.end >= size
-    live_rest = None if done else live_rest
     at = now()
-    shard_update = {
+    shard_update = _commit_shard_update(
+        batch_id,
+        shard_no,
+        part,
+        owner=owner,
+        done=done,
+        keep_lease=keep_lease,
+        at=at,
+        completed=completed,
+        failed=failed,
+    )
+    header_update = _commit_header_update(
+        batch_id,
+        shard_no,
+        done=done,
+        at=at,
+        counts=(completed, failed, input_tokens, output_tokens),
+        live_rest=None if done else live_rest,
+    )
+    return not transact([{"Update": shard_update}, {"Update": header_update}])
+
+
+def _commit_shard_update(
+    batch_id: str,
+    shard_no: int,
+    part: ResultPart,
+    *,
+    owner: str,
+    done: bool,
+    keep_lease: bool,
+    at: int,
+    completed: int,
+    failed: int,
+) -> dict[str, Any]:
+    """`commit`'s update of the shard: the part appended, `next_index` moved, guarded by its owner."""
+    return {
         "Key": keys.shard(batch_id, shard_no),
         "UpdateExpression": (
             "SET next_index = :end, parts = list_append(parts, :part), #state = :state, "
@@ -210,7 +244,21 @@ def commit(
             ":owner": owner,
         },
     }
-    header_update = {
+
+
+def _commit_header_update(
+    batch_id: str,
+    shard_no: int,
+    *,
+    done: bool,
+    at: int,
+    counts: tuple[int, int, int, int],
+    live_rest: LiveProgress | None,
+) -> dict[str, Any]:
+    """`commit`'s update of the batch header: `counts` (completed, failed, input and output tokens)
+    added, the shard's live progress replaced by `live_rest` (or removed), unless sealed."""
+    completed, failed, input_tokens, output_tokens = counts
+    return {
         "Key": keys.batch(batch_id),
         "UpdateExpression": (
             "SET request_counts.completed = request_counts.completed + :c, "
@@ -234,4 +282,3 @@ def commit(
             **({":rest": live_rest.model_dump(mode="json")} if live_rest is not None else {}),
         },
     }
-    return not transact([{"Update": shard_update}, {"Update": header_update}])

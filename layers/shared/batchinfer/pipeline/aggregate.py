@@ -8,7 +8,7 @@ renews it, so a crashed worker's lease holds its shard at most `shard_lease_seco
 beat), or once `settle_deadline` passed: until then it stays `cancelling` (or `finalizing`) and the
 aggregator looks again every `WAIT_SECONDS`. Then it seals the header (`sealed`), so no late shard
 commit can change the counts under it; requests that never ran become error lines with
-`batch_cancelled` / `batch_expired` (`worker.ENDINGS`). Safe to run twice or to crash halfway:
+`batch_cancelled` / `batch_expired` (`shard.progress.ENDINGS`). Safe to run twice or to crash halfway:
 outputs go to fixed keys (overwritten), file records are overwritten, and the final status write is
 conditional.
 """
@@ -28,8 +28,9 @@ from batchinfer.data import batches, files, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, BatchHeader, FileRecord, Shard
 from batchinfer.data.locations import located
 from batchinfer.data.table import now
-from batchinfer.pipeline import worker
-from batchinfer.pipeline.worker import never_ran, parse_shard
+from batchinfer.pipeline.shard.parts import discard, never_ran, recover_part
+from batchinfer.pipeline.shard.progress import ENDINGS
+from batchinfer.pipeline.shard.requests import parse_shard
 from batchinfer.wire.status import BatchStatus, is_terminal
 
 # The lease owner of the aggregator's own claims (`settle`): not a worker.
@@ -75,15 +76,15 @@ def settle(header: BatchHeader) -> set[int]:
         if claimed is None:
             leased.add(shard.shard)
             continue
-        found = worker.recover_part(header.id, shard.shard, claimed.next_index)
+        found = recover_part(header.id, shard.shard, claimed.next_index)
         if found and shards.commit(
             header.id, shard.shard, found.part, owner=owner, size=claimed.size, **found.counts
         ):
-            worker.discard(found.source)
+            discard(found.source)
             continue  # the commit removed the lease
         shards.release(header.id, shard.shard, owner=owner)
         if found:
-            worker.discard(found.part.key)
+            discard(found.part.key)
     return leased
 
 
@@ -116,7 +117,7 @@ def _result_parts(bucket: str, shards: list[Shard], errors: bool) -> Iterator[by
 def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStatus) -> Iterator[bytes]:
     """Error lines for the requests no commit covers: the ending's `never_ran` line, or its `cut` line
     for a shard a live lease still held when the batch was sealed (its worker was past the grace)."""
-    ending, at = worker.ENDINGS[final], now()
+    ending, at = ENDINGS[final], now()
     for shard in shards:
         if shard.next_index < shard.size:
             # A worker's lease still live (not another aggregator run's claim): it was past the grace.
@@ -174,7 +175,7 @@ def _unwritable(header: BatchHeader, error: ClientError) -> str | None:
     location refused the write (not our own bucket's reads, not throttling or a 5xx); at the
     `max_finalize_attempts`-th, end the batch (`failed`, or `cancelled` for a cancel: the status machine
     allows no other) with an `output_write_failed` entry in `errors.data` and return that status.
-    None: let the run fail, to be tried again (issue 12: `finalizing` had no way out)."""
+    None: let the run fail, to be tried again (else `finalizing` would have no way out)."""
     code = error.response.get("Error", {}).get("Code", "")
     if error.operation_name not in WRITE_OPERATIONS or code in TRANSIENT_CODES:
         return None
@@ -228,7 +229,7 @@ def finalize_batch(batch_id: str) -> str:
     found = list(shards.query(batch_id)) if sealed.in_progress_at else []
 
     def error_chunks() -> Iterator[bytes]:
-        if final not in worker.ENDINGS:
+        if final not in ENDINGS:
             yield from _result_parts(settings.bucket_name, found, errors=True)
             return
         # Input order: each shard's failures, then its requests that never ran, shard by shard.

@@ -1,4 +1,4 @@
-"""The heartbeat of a lease (issue 12): a shard's (`shards.renew`, the shard worker) or a batch's
+"""The heartbeat of a lease: a shard's (`shards.renew`, the shard worker) or a batch's
 prepare lease (`batches.renew_prepare`, prepare). A lease is short; its holder renews it every third
 of it while it works, so a live holder keeps it however long it works, and a crashed one's lease
 lapses one lease after its last beat.

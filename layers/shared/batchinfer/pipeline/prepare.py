@@ -69,7 +69,8 @@ def shard_lines(
 
 
 def prepare_batch(batch_id: str) -> str:
-    """Validate and shard one batch, holding its prepare lease (issue 12). Returns what happened:
+    """Validate and shard one batch, holding its prepare lease (one prepare at a time: a long input
+    is never prepared twice at once). Returns what happened:
     `in_progress` (started), `failed` (the input is bad or unreadable), `resent` (the batch was
     running already: the shard messages that are lost were sent again), `busy` (another prepare holds
     a live lease of the batch: it is alive and does the work, so this message is done), `lost` (the
@@ -129,9 +130,23 @@ def _resend(header: BatchHeader, *, every_pending: bool) -> str:
 def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
     """Stream, validate and shard a `validating` batch whose prepare lease `owner` holds; start it and
     send its shard messages, or fail it. `lost` when the lease was taken over meanwhile."""
-    settings, batch_id = get_settings(), header.id
+    validator = _validator(header)
+    try:
+        written = _write_shards(header, validator, lease)
+    except ClientError as error:
+        return _fail(header.id, [_unreadable(error)], owner)
+    if written is None or not lease.held():
+        return "lost"  # another prepare streams it now
+    if validator.error_count:
+        return _fail(header.id, [e.model_dump() for e in validator.errors], owner)
+    return _start(header, owner, validator, written)
+
+
+def _validator(header: BatchHeader) -> FileValidator:
+    """A validator of `header`'s input file, with the limits of the settings and the registry's models."""
+    settings = get_settings()
     registry = load_registry(settings.model_registry)
-    validator = FileValidator(
+    return FileValidator(
         header.endpoint,
         registry.__contains__,
         max_requests=settings.max_requests_per_file,
@@ -141,6 +156,13 @@ def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
         model_names=registry.names(),
         max_error_bytes=settings.max_errors_bytes,
     )
+
+
+def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHeartbeat) -> list[Shard] | None:
+    """Stream `header`'s input through `validator` and write its shard files as they fill up: the shards
+    written (not stored yet), or None once the lease was lost. Raises `ClientError` when the input
+    can't be read (gone, changed since its upload)."""
+    settings, batch_id = get_settings(), header.id
     written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
     source = s3.iter_chunks(
@@ -151,30 +173,31 @@ def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
         if_match=header.input_etag,
     )
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
-    try:
-        for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
-            if lease.lost:
-                return "lost"  # another prepare streams it now
-            key = s3.shard_key(batch_id, len(written))
-            s3.put_bytes(settings.bucket_name, key, data)
-            written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
-    except ClientError as error:
-        code = error.response["Error"]["Code"]
-        message = (
-            f"the input file changed after the upload that started this batch ({code}): "
-            "its new upload starts a batch of its own"
-            if code == "PreconditionFailed"
-            else f"the input file could not be read ({code})"
-        )
-        return _fail(
-            batch_id,
-            [{"code": "input_file_unavailable", "line": None, "param": "input_file_id", "message": message}],
-            owner,
-        )
-    if not lease.held():
-        return "lost"
-    if validator.error_count:
-        return _fail(batch_id, [e.model_dump() for e in validator.errors], owner)
+    for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
+        if lease.lost:
+            return None
+        key = s3.shard_key(batch_id, len(written))
+        s3.put_bytes(settings.bucket_name, key, data)
+        written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
+    return written
+
+
+def _unreadable(error: ClientError) -> dict:
+    """The batch's error when its input file could not be read."""
+    code = error.response["Error"]["Code"]
+    message = (
+        f"the input file changed after the upload that started this batch ({code}): "
+        "its new upload starts a batch of its own"
+        if code == "PreconditionFailed"
+        else f"the input file could not be read ({code})"
+    )
+    return {"code": "input_file_unavailable", "line": None, "param": "input_file_id", "message": message}
+
+
+def _start(header: BatchHeader, owner: str, validator: FileValidator, written: list[Shard]) -> str:
+    """Store the shards, start the batch (`in_progress`) and send their messages; `skipped` when the
+    batch was cancelled meanwhile, or another prepare took the lease over."""
+    settings, batch_id = get_settings(), header.id
     queued_at = now()  # their messages are sent below: each waits in the queue until its claim
     for shard in written:
         shards.put(batch_id, shard.model_copy(update={"queued_at": queued_at}))

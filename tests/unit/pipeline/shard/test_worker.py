@@ -8,7 +8,7 @@ import pytest
 
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.infer.service import TokenRequests
-from batchinfer.pipeline.worker import for_endpoint
+from batchinfer.pipeline.shard.worker import for_endpoint
 
 REGISTRY = ModelRegistry.from_dict(
     {"models": {"chat-only": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}}}

@@ -1,4 +1,5 @@
-"""The worker's pure parts: shard parsing, bounded concurrency, the time limit, retries, rendering."""
+"""A window of a shard's requests: bounded and adaptive concurrency, order kept, the time limit,
+retries through the limiter, the batch's end while it runs, the per-request deadline."""
 
 import asyncio
 import json
@@ -6,9 +7,15 @@ from typing import Any
 
 import pytest
 
-from batchinfer.backends.base import BackendError
-from batchinfer.pipeline import worker
-from batchinfer.pipeline.worker import Outcome, Request, parse_shard, render, run_requests
+from batchinfer.backends.base import BackendError, RequestNotStarted
+from batchinfer.pipeline.shard import retry
+from batchinfer.pipeline.shard.limits import limiter_for
+from batchinfer.pipeline.shard.parts import render
+from batchinfer.pipeline.shard.progress import ENDINGS, Ending
+from batchinfer.pipeline.shard.requests import Outcome, Request
+from batchinfer.pipeline.shard.retry import MAX_OVERLOADED_ATTEMPTS
+from batchinfer.pipeline.shard.window import Window, WindowRun, run_requests
+from batchinfer.wire.status import BatchStatus
 
 
 class ScriptedBackend:
@@ -45,13 +52,8 @@ def _requests(n: int) -> list[Request]:
 
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker, "BACKOFF_BASE_S", 0.0)
-    monkeypatch.setattr(worker, "OVERLOADED_BACKOFF_BASE_S", 0.0)
-
-
-def test_parse_shard_keeps_line_numbers_and_u2028() -> None:
-    data = b'3\t{"custom_id":"a","body":{"x":"one\xe2\x80\xa8two"}}\n7\t{"custom_id":"b","body":{}}\n'
-    assert parse_shard(data) == [Request(3, "a", {"x": "one\u2028two"}), Request(7, "b", {})]
+    monkeypatch.setattr(retry, "BACKOFF_BASE_S", 0.0)
+    monkeypatch.setattr(retry, "OVERLOADED_BACKOFF_BASE_S", 0.0)
 
 
 def test_concurrency_is_bounded_and_order_kept() -> None:
@@ -83,15 +85,14 @@ def test_stops_launching_near_the_time_limit() -> None:
     # Then the 3 sent ones are the outcomes, and nothing else reached the backend
     assert [o.request.custom_id for o in outcomes] == ["c0", "c1", "c2"]
     assert backend.calls == ["p0", "p1", "p2"]
-    assert worker.limiter_for(backend, 1).in_flight == 0
+    assert limiter_for(backend, 1).in_flight == 0
 
 
 def test_retryable_errors_are_retried_then_recorded() -> None:
     backend = ScriptedBackend(
         failures={
             "p0": [BackendError(503, "busy", retryable=True)],
-            "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)]
-            * worker.MAX_OVERLOADED_ATTEMPTS,
+            "p1": [BackendError(429, "slow down", retryable=True, retry_after=0.0)] * MAX_OVERLOADED_ATTEMPTS,
             "p2": [BackendError(400, "bad", code="context_length_exceeded")],
         }
     )
@@ -102,7 +103,7 @@ def test_retryable_errors_are_retried_then_recorded() -> None:
     )
     assert [o.status_code for o in outcomes] == [200, 429, 400]
     assert backend.calls.count("p0") == 2
-    assert backend.calls.count("p1") == worker.MAX_OVERLOADED_ATTEMPTS  # overload: more, shorter waits
+    assert backend.calls.count("p1") == MAX_OVERLOADED_ATTEMPTS  # overload: more, shorter waits
     assert backend.calls.count("p2") == 1  # a 4xx is the request's fault: never retried
     assert outcomes[2].body == {
         "error": {
@@ -131,23 +132,7 @@ def test_lone_surrogate_is_a_per_line_400_and_never_reaches_the_backend() -> Non
         "code": "invalid_encoding",
     }
     assert backend.calls == ["p0"]
-    assert worker.limiter_for(backend, 2).in_flight == 0  # the refused line's permit was given back
-
-
-def test_render_puts_successes_first_and_counts_tokens() -> None:
-    ok = Outcome(Request(1, "a", {}), 200, {"usage": {"prompt_tokens": 3, "completion_tokens": 2}}, "r1")
-    bad = Outcome(Request(2, "b", {}), 400, {"error": {"message": "m"}}, "r2")
-    ok2 = Outcome(Request(3, "c", {}), 200, {"usage": {"prompt_tokens": 1, "completion_tokens": 1}}, "r3")
-    data, output_bytes, counts = render("batch_x", [ok, bad, ok2])
-    lines = [json.loads(line) for line in data.splitlines()]
-    assert [line["custom_id"] for line in lines] == ["a", "c", "b"]
-    assert data[:output_bytes].count(b"\n") == 2
-    assert lines[2]["response"] == {
-        "status_code": 400,
-        "request_id": "r2",
-        "body": {"error": {"message": "m"}},
-    }
-    assert counts == {"completed": 2, "failed": 1, "input_tokens": 4, "output_tokens": 3}
+    assert limiter_for(backend, 2).in_flight == 0  # the refused line's permit was given back
 
 
 class CapacityBackend(ScriptedBackend):
@@ -179,7 +164,7 @@ def test_concurrency_adapts_to_the_backends_capacity() -> None:
     assert [o.status_code for o in outcomes] == [200] * 100
     assert backend.peak == 5
     assert backend.refused > 0
-    assert 4 <= worker.limiter_for(backend, 20).limit <= 6
+    assert 4 <= limiter_for(backend, 20).limit <= 6
 
 
 def test_an_overloaded_backend_is_not_retried_once_time_runs_short() -> None:
@@ -225,7 +210,7 @@ def test_a_request_refused_at_a_checkpoint_is_retried_not_failed() -> None:
 
     # When one request runs
     window = asyncio.run(
-        worker.run_window(
+        WindowRun(
             backend,
             _requests(1),
             "batch_x",
@@ -233,7 +218,7 @@ def test_a_request_refused_at_a_checkpoint_is_retried_not_failed() -> None:
             time_left_ms=lambda: clock["window_left_ms"],
             reserve_ms=1_000,
             deadline_ms=lambda: 10**9,
-        )
+        ).run()
     )
     outcomes = window.prefix()
 
@@ -249,7 +234,7 @@ def test_a_window_whose_checkpoint_passed_before_its_first_launch_still_runs_its
 
     # When it runs three requests
     window = asyncio.run(
-        worker.run_window(
+        WindowRun(
             backend,
             _requests(3),
             "batch_x",
@@ -257,7 +242,7 @@ def test_a_window_whose_checkpoint_passed_before_its_first_launch_still_runs_its
             time_left_ms=lambda: 0,
             reserve_ms=1_000,
             deadline_ms=lambda: 10**9,
-        )
+        ).run()
     )
 
     # Then the first one ran (a window always makes progress) and the rest wait for the next window
@@ -285,17 +270,50 @@ def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in
     assert gc.get_freeze_count() == 0  # and handed back to the collector afterwards
 
 
-# ---- the batch's end while a window runs (issue 17) -----------------------------------------------
+def test_a_retry_after_is_the_limiters_wait_for_every_request() -> None:
+    # Given a rate-limited backend: the first request is refused with Retry-After 0.2 s
+    backend = ScriptedBackend(
+        failures={"p0": [BackendError(429, "rate limit", retryable=True, retry_after=0.2)]}, delay=0.05
+    )
+    sent: list[tuple[str, float]] = []
+    original = backend.chat_completion
+
+    async def timed(body: dict[str, Any]) -> dict[str, Any]:
+        sent.append((body["messages"][0]["content"], asyncio.get_running_loop().time()))
+        return await original(body)
+
+    backend.chat_completion = timed  # type: ignore[method-assign]
+
+    # When 6 requests run with 2 in flight at most
+    outcomes = asyncio.run(
+        run_requests(
+            backend, _requests(6), "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+        )
+    )
+
+    # Then all succeed; the limiter's gate held the retry and the requests not yet sent until the
+    # Retry-After had passed (no request slept it on its own), and it paces from then on
+    assert [o.status_code for o in outcomes] == [200] * 6
+    limiter = limiter_for(backend, 2)
+    assert (limiter.control.rate_limits, limiter.control.refusals) == (1, 0)
+    refused_at = sent[0][1] + 0.05
+    after = [name for name, at in sent[2:]]
+    assert after[0] == "p0"  # the retry first in line
+    assert all(at >= refused_at + 0.2 - 0.01 for _, at in sent[2:])
+    assert sorted(after) == ["p0", "p2", "p3", "p4", "p5"]
+
+
+# ---- the batch's end while a window runs ---------------------------------------------------------
 
 
 class EndingLink:
     """A `ProgressLink` stand-in: records what is published; the batch ends at the `end_at`-th publish."""
 
-    def __init__(self, end_at: int, status: worker.BatchStatus = worker.BatchStatus.CANCELLED) -> None:
+    def __init__(self, end_at: int, status: BatchStatus = BatchStatus.CANCELLED) -> None:
         self.end_at, self.published = end_at, []
-        self.ending = worker.ENDINGS[status]
+        self.ending = ENDINGS[status]
 
-    def publish(self, counts: dict[str, int]) -> worker.Ending | None:
+    def publish(self, counts: dict[str, int]) -> Ending | None:
         self.published.append(dict(counts))
         return self.ending if len(self.published) >= self.end_at else None
 
@@ -319,7 +337,7 @@ class QueuedBackend(ScriptedBackend):
             await turn
         except asyncio.CancelledError:
             acquire.cancel()
-            raise worker.RequestNotStarted from None
+            raise RequestNotStarted from None
         finally:
             self.waiting.discard(turn)
         try:
@@ -335,9 +353,9 @@ class QueuedBackend(ScriptedBackend):
         return len(pending)
 
 
-def window(backend: Any, n: int, link: Any, *, grace: float, concurrency: int = 8) -> worker.Window:
+def window(backend: Any, n: int, link: Any, *, grace: float, concurrency: int = 8) -> Window:
     return asyncio.run(
-        worker.run_window(
+        WindowRun(
             backend,
             _requests(n),
             "batch_x",
@@ -347,7 +365,7 @@ def window(backend: Any, n: int, link: Any, *, grace: float, concurrency: int = 
             link=link,
             progress_seconds=0.05,
             grace_seconds=grace,
-        )
+        ).run()
     )
 
 
@@ -401,7 +419,7 @@ def test_a_request_still_at_the_model_after_the_grace_is_cut_with_its_own_code()
 def test_ended_fills_a_gap_before_a_later_answer_with_never_ran() -> None:
     requests = _requests(3)
     answer = Outcome(requests[2], 200, {"id": "x", "usage": {}}, "x")
-    ended = worker.Window(requests, [None, None, answer], worker.ENDINGS[worker.BatchStatus.EXPIRED]).ended()
+    ended = Window(requests, [None, None, answer], ENDINGS[BatchStatus.EXPIRED]).ended()
     assert [(o.request.custom_id, o.error["code"] if o.error else o.status_code) for o in ended] == [
         ("c0", "batch_expired"),
         ("c1", "batch_expired"),
@@ -414,27 +432,7 @@ def test_ended_fills_a_gap_before_a_later_answer_with_never_ran() -> None:
     ] * 2
 
 
-def test_the_link_never_publishes_less_than_a_crashed_predecessor(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a predecessor that had published 3 answers of the window starting at 4
-    sent: list[worker.LiveProgress] = []
-    monkeypatch.setattr(worker.batches, "publish_progress", lambda b, s, p: sent.append(p))
-    before = worker.LiveProgress(start=4, completed=3, input_tokens=30, output_tokens=6)
-    link = worker.ProgressLink("batch_x", 0, 4, before)
-
-    # When the redo publishes 1 answer, commits 2, then publishes 1 of the next window
-    link.publish({"completed": 1, "failed": 0, "input_tokens": 10, "output_tokens": 2})
-    committed = {"completed": 2, "failed": 0, "input_tokens": 20, "output_tokens": 4}
-    rest = link.rest_after(committed, 6)
-    link.committed(committed, 6)
-    link.publish({"completed": 0, "failed": 1, "input_tokens": 0, "output_tokens": 0})
-
-    # Then what is shown never drops below the predecessor's 3
-    assert [(p.start, p.completed, p.failed, p.input_tokens) for p in sent] == [(4, 3, 0, 30), (6, 1, 1, 10)]
-    assert (rest.start, rest.completed, rest.input_tokens, rest.output_tokens) == (6, 1, 10, 2)
-    assert worker.ProgressLink("batch_x", 0, 5, before).floor["completed"] == 0  # another window: no floor
-
-
-# ---- the per-request deadline (issue 12) -----------------------------------------------------------
+# ---- the per-request deadline (commit before the function is killed) --------------------------------
 
 
 def test_requests_waiting_for_the_model_do_not_outlive_the_reserve() -> None:
@@ -464,85 +462,3 @@ def test_requests_waiting_for_the_model_do_not_outlive_the_reserve() -> None:
     assert 2 <= len(outcomes) <= 4 and all(o.ok for o in outcomes)
     assert backend.withdrawn >= 5
     assert len(backend.calls) <= len(outcomes) + 1  # at most the one at the model when time ran out
-
-
-def test_an_in_process_engine_gets_its_concurrency_hint_never_above_the_ceiling() -> None:
-    from batchinfer.backends.chaos import ChaosBackend
-    from batchinfer.infer.service import TokenRequests
-
-    engine = ScriptedBackend()
-    engine.concurrency_hint = 20  # type: ignore[attr-defined]
-
-    assert worker.concurrency_for(engine, 64) == 20
-    assert worker.concurrency_for(engine, 8) == 8  # WORKER_CONCURRENCY still caps it
-    assert worker.concurrency_for(ScriptedBackend(), 64) == 64  # a remote backend: found below 64
-    # Token batches and chaos mode wrap the backend; the hint passes through both.
-    assert worker.concurrency_for(ChaosBackend(TokenRequests(engine)), 64) == 20
-    assert worker.concurrency_for(TokenRequests(ScriptedBackend()), 64) == 64
-
-
-def test_one_limiter_per_backend_recapped_by_a_new_maximum_and_fixed_for_an_engine() -> None:
-    remote, engine = ScriptedBackend(), ScriptedBackend()
-    engine.concurrency_hint = 20  # type: ignore[attr-defined]
-
-    limiter = worker.limiter_for(remote, 512)
-    assert (limiter.limit, limiter.maximum, limiter.control.latency) == (
-        worker.INITIAL_CONCURRENCY,
-        512,
-        True,
-    )
-    assert worker.limiter_for(remote, 40) is limiter  # a share bound re-caps what was learned
-    assert (limiter.limit, limiter.maximum) == (40, 40)
-    fixed = worker.limiter_for(engine, 20)  # an engine's latency grows with its batch: no latency rules
-    assert (fixed.limit, fixed.control.latency) == (20, False)
-
-
-def test_a_retry_after_is_the_limiters_wait_for_every_request() -> None:
-    # Given a rate-limited backend: the first request is refused with Retry-After 0.2 s
-    backend = ScriptedBackend(
-        failures={"p0": [BackendError(429, "rate limit", retryable=True, retry_after=0.2)]}, delay=0.05
-    )
-    sent: list[tuple[str, float]] = []
-    original = backend.chat_completion
-
-    async def timed(body: dict[str, Any]) -> dict[str, Any]:
-        sent.append((body["messages"][0]["content"], asyncio.get_running_loop().time()))
-        return await original(body)
-
-    backend.chat_completion = timed  # type: ignore[method-assign]
-
-    # When 6 requests run with 2 in flight at most
-    outcomes = asyncio.run(
-        run_requests(
-            backend, _requests(6), "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
-        )
-    )
-
-    # Then all succeed; the limiter's gate held the retry and the requests not yet sent until the
-    # Retry-After had passed (no request slept it on its own), and it paces from then on
-    assert [o.status_code for o in outcomes] == [200] * 6
-    limiter = worker.limiter_for(backend, 2)
-    assert (limiter.control.rate_limits, limiter.control.refusals) == (1, 0)
-    refused_at = sent[0][1] + 0.05
-    after = [name for name, at in sent[2:]]
-    assert after[0] == "p0"  # the retry first in line
-    assert all(at >= refused_at + 0.2 - 0.01 for _, at in sent[2:])
-    assert sorted(after) == ["p0", "p2", "p3", "p4", "p5"]
-
-
-def test_an_overload_retry_waits_at_most_a_second_and_never_its_retry_after(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(worker, "OVERLOADED_BACKOFF_BASE_S", 0.05)
-    monkeypatch.setattr(worker.random, "uniform", lambda low, high: high)  # the longest wait drawn
-    refused = BackendError(429, "busy", retryable=True)  # `_Limited` took its Retry-After for the limiter
-    other = BackendError(500, "oops", retryable=True, retry_after=3.0)
-
-    def wait(error: BackendError, attempt: int) -> float:
-        state = SimpleNamespace(outcome=SimpleNamespace(exception=lambda: error), attempt_number=attempt)
-        return worker._wait(state)  # type: ignore[arg-type]
-
-    assert [wait(refused, n) for n in (1, 2, 3, 6, 19)] == [0.0, 0.05, 0.1, 0.8, 1.0]
-    assert wait(other, 1) == 3.0  # another error's Retry-After is still honoured

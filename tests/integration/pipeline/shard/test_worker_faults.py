@@ -1,5 +1,5 @@
 """The shard worker under crashes: nothing lost, nothing counted twice, nothing re-sent to the model
-except what was in flight (issue 5). Real embedded model, moto in-process.
+except what was in flight. Real embedded model, moto in-process.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, files, s3, shards
 from batchinfer.data.items import BatchHeader
 from batchinfer.data.table import CONFLICT_ATTEMPTS
-from batchinfer.pipeline import intake, worker
+from batchinfer.pipeline import intake
+from batchinfer.pipeline.shard import worker
 from support.data import intercept_transactions
 from support.moto_env import Aws, sqs_event
 
@@ -201,7 +202,7 @@ def test_continuations_are_not_attempts(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, calls: list[str]
 ) -> None:
     # Given a 5-request shard with at most 2 attempts, whose every invocation runs short of time after
-    # one request (a healthy shard that needs 5 invocations: issue 12)
+    # one request (a healthy shard that needs 5 invocations)
     batch_id, message = start(moto_aws, monkeypatch, WORKER_CONCURRENCY="1", MAX_SHARD_ATTEMPTS="2")
     short = get_settings().time_reserve_ms + 1
 
