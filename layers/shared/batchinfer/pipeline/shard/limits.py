@@ -22,7 +22,7 @@ from batchinfer.core.observability import metrics
 from batchinfer.pipeline.shard.retry import BACKOFF_CAP_S, OVERLOADED
 
 _LIMITERS: weakref.WeakKeyDictionary[Any, AdaptiveLimiter] = weakref.WeakKeyDictionary()
-# The first burst against a backend of unknown kind (see batchinfer.backends.limiter, "Startup").
+# The first burst against a backend of unknown kind (docs/architecture.md, "Adaptive concurrency", Startup).
 INITIAL_CONCURRENCY = 64
 
 
