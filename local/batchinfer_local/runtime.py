@@ -7,20 +7,35 @@ its concurrency allows. `Activity` counts the invocations running, for `LocalSta
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from .functions import FunctionSpec
 
-log = logging.getLogger(__name__)
+
+class Op(StrEnum):
+    """The kind of a message between a function's pool (`environments`) and its processes (`zygote`)."""
+
+    BOOT = "boot"
+    CONFIGURE = "configure"
+    CONFIGURED = "configured"
+    ERROR = "error"
+    FAILED = "failed"
+    INVOKE = "invoke"
+    KILL = "kill"
+    KILLED = "killed"
+    READY = "ready"
+    RESULT = "result"
+    SPAWN = "spawn"
+    SPAWNED = "spawned"
 
 
 class LocalLambdaContext(LambdaContext):
