@@ -433,7 +433,11 @@ class HttpApiServer:
         except ValueError:
             response = BAD_REQUEST
         else:
-            response = self.respond(method, target, headers, body, request.remote_addr or "")
+            try:
+                response = self.respond(method, target, headers, body, request.remote_addr or "")
+            except Exception:  # e.g. the stack stopping: API Gateway's 500, not werkzeug's HTML page
+                log.exception("%s %s: the request could not be served", method, target)
+                response = INTERNAL_ERROR
         log.debug(
             "%s %s -> %d (%.0f ms)", method, target, response.status, (time.monotonic() - started) * 1000
         )

@@ -4,32 +4,16 @@ request body encoding in the payload 2.0 event."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from batchinfer_local.functions import FunctionSpec, HttpApiEventSpec
+from batchinfer_local.functions import HttpApiEventSpec
 from batchinfer_local.http import Route, Router, http_api_event, http_response
 
 
-def spec(**overrides: Any) -> FunctionSpec:
-    values: dict[str, Any] = {
-        "logical_id": "Fn",
-        "function_name": "stack-Fn",
-        "function_arn": "arn:aws:lambda:us-east-1:123456789012:function:stack-Fn",
-        "handler_file": Path("/code/app.py"),
-        "handler_name": "handler",
-        "timeout": 2,
-        "memory_size": 256,
-    }
-    return FunctionSpec(**{**values, **overrides})
-
-
 class Unused:
-    """A route's function that routing never calls."""
-
-    spec = spec()
+    """A route's function that routing never calls (nor reads its spec)."""
 
     def invoke(self, event: Any, *, block: bool = True) -> Any:
         raise AssertionError("not invoked")
