@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,9 @@ DEV_ACCOUNT = "default"
 class LocalStack(TemplateStack):
     """Runs template.yaml locally: moto for DynamoDB/S3/SQS/IAM/STS, each function in its own processes.
 
-    Args: as `TemplateStack`'s (`template_path` defaults to the repository's template.yaml); its
-    `start_hooks` run after batchinfer's own.
+    Args: as `TemplateStack`'s (`port`, `redelivery_delay`, `schedule_interval`, then keyword-only
+    `parameter_overrides`, `host`, `iam`, `function_environment`, `concurrency`, `start_hooks`);
+    `template_path` defaults to the repository's template.yaml and `start_hooks` run after batchinfer's.
 
     The HTTP API needs a key: `stack.api_key` (account `DEV_ACCOUNT`) is `$BATCHINFER_DEV_API_KEY`, or a
     fresh key when that is unset (`stack.api_key_generated`); None until started, or for a template
@@ -45,29 +46,12 @@ class LocalStack(TemplateStack):
     def __init__(
         self,
         template_path: str | Path = DEFAULT_TEMPLATE,
-        port: int = 8000,
-        redelivery_delay: float = 1.0,
-        schedule_interval: float | None = None,
-        *,
-        parameter_overrides: Mapping[str, Any] | None = None,
-        host: str = "127.0.0.1",
-        iam: bool | None = None,
-        function_environment: Mapping[str, str] | None = None,
-        concurrency: Mapping[str, int] | None = None,
+        *args: Any,
         start_hooks: Sequence[StartHook] = (),
+        **options: Any,
     ) -> None:
-        super().__init__(
-            template_path,
-            port,
-            redelivery_delay,
-            schedule_interval,
-            parameter_overrides=parameter_overrides,
-            host=host,
-            iam=iam,
-            function_environment=function_environment,
-            concurrency=concurrency,
-            start_hooks=[forget_cached_settings, self._store_dev_key, *start_hooks],
-        )
+        hooks = [forget_cached_settings, self._store_dev_key, *start_hooks]
+        super().__init__(template_path, *args, start_hooks=hooks, **options)
         self.api_key: str | None = None
         self.api_key_generated = False
 
