@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection
 from typing import IO, Any
 
 from .functions import FunctionSpec
-from .runtime import Activity, InvocationError, Throttled, log_stream
+from .runtime import Activity, InvocationError, Op, Throttled, log_stream
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class _Zygote:
         )
         try:
             self.request(
-                {"op": "boot", "spec": spec.model_dump(mode="json", by_alias=True)},
+                {"op": Op.BOOT, "spec": spec.model_dump(mode="json", by_alias=True)},
                 timeout=INIT_TIMEOUT_SECONDS,
             )
         except InvocationError:
@@ -254,7 +254,7 @@ class EnvironmentPool:
         """Set `environ` and remove `unset` in every environment before its next invocation (and in
         those created later), then call each dotted name in `call` there (e.g. a cache's `cache_clear`)."""
         message = {
-            "op": "configure",
+            "op": Op.CONFIGURE,
             "environ": dict(environ or {}),
             "unset": list(unset),
             "call": list(call),
@@ -294,7 +294,7 @@ class EnvironmentPool:
                 with self._cond:
                     self._in_flight -= 1
                 self._release(environment, keep)
-        if reply["op"] == "error":
+        if reply["op"] == Op.ERROR:
             raise InvocationError(self.spec.logical_id, reply["error"])
         return json.loads(reply["payload"])
 
@@ -374,7 +374,7 @@ class EnvironmentPool:
             (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
             with theirs:
                 cpus = self._cpus(number) if self._share_cpus and not alone else None
-                message = {"op": "spawn", "log_stream_name": log_stream(self.spec), "cpus": cpus}
+                message = {"op": Op.SPAWN, "log_stream_name": log_stream(self.spec), "cpus": cpus}
                 try:
                     pid = zygote.request(message, fds=[theirs.fileno(), out_w, err_w])["pid"]
                 except InvocationError:
@@ -410,7 +410,7 @@ class EnvironmentPool:
                 self.spec.logical_id,
                 {"errorType": "Runtime.ExitError", "errorMessage": "the environment did not start"},
             ) from None
-        if ready["op"] == "failed":  # its init failed; it exits (Lambda runs init again next time)
+        if ready["op"] == Op.FAILED:  # its init failed; it exits (Lambda runs init again next time)
             conn.close()
             raise InvocationError(self.spec.logical_id, ready["error"])
         return _Environment(number, pid, conn, generation)
@@ -429,7 +429,7 @@ class EnvironmentPool:
         with self._zygote_lock:
             if self._zygote is not None:
                 try:
-                    self._zygote.request({"op": "kill", "pid": environment.pid})
+                    self._zygote.request({"op": Op.KILL, "pid": environment.pid})
                 except InvocationError:
                     self._discard_zygote()
 
@@ -446,7 +446,7 @@ class EnvironmentPool:
             timeout = self.spec.timeout
             conn.send(
                 {
-                    "op": "invoke",
+                    "op": Op.INVOKE,
                     "payload": payload,
                     "request_id": str(uuid.uuid4()),
                     "deadline": time.monotonic() + timeout,

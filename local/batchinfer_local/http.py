@@ -14,22 +14,34 @@ import base64
 import json
 import logging
 import re
+import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
 
 from .functions import HttpApiEventSpec
 from .runtime import InvocationError, Invoker
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # HTTP API payload quota
 MAX_INVOKE_BYTES = 6 * 1024 * 1024  # Lambda synchronous invocation payload quota
+
+# The environ key of the request's headers as received (name, value), in order.
+_RAW_HEADERS = "batchinfer.raw_headers"
+# ... and its target (path and query) as received.
+_RAW_TARGET = "batchinfer.raw_target"
 
 # Connection-level headers, which a proxy does not forward.
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"})
@@ -150,12 +162,41 @@ def http_api_event(
     `target` is the request target (path and query, percent-encoded as received); `headers`
     are in arrival order (repeated names are joined with commas, names lower-cased, cookies
     moved to `cookies`, hop-by-hop headers dropped, x-forwarded-for/-proto/-port added with
-    `source_ip` and `host_port`, the server's port). Empty parts (query, cookies, path parameters, body) are
-    left out, as
-    API Gateway does.
+    `source_ip` and `host_port`, the server's port). Empty parts (query, cookies, path parameters,
+    body) are left out, as API Gateway does.
     """
     now = now or datetime.now(UTC)
     split = urlsplit(target)
+    joined, cookies = _event_headers(headers, source_ip, host_port)
+    query: dict[str, str] = {}
+    for name, value in parse_qsl(split.query, keep_blank_values=True):
+        query[name] = f"{query[name]},{value}" if name in query else value
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route.source.route_key,
+        "rawPath": split.path,
+        "rawQueryString": split.query,
+    }
+    if cookies:
+        event["cookies"] = cookies
+    event["headers"] = joined
+    if query:
+        event["queryStringParameters"] = query
+    event["requestContext"] = _request_context(method, split.path, joined, source_ip, route, account_id, now)
+    if path_parameters:
+        event["pathParameters"] = path_parameters
+    encoded = bool(body) and not _is_text(joined.get("content-type"), body)
+    if body:
+        event["body"] = base64.b64encode(body).decode() if encoded else body.decode("utf-8")
+    event["isBase64Encoded"] = encoded
+    return event
+
+
+def _event_headers(
+    headers: list[tuple[str, str]], source_ip: str, host_port: str
+) -> tuple[dict[str, str], list[str]]:
+    """The event's `headers` (names lower-cased, repeats joined with commas, hop-by-hop dropped,
+    x-forwarded-* added) and its `cookies`."""
     joined: dict[str, str] = {}
     cookies: list[str] = []
     for name, value in headers:
@@ -171,32 +212,30 @@ def http_api_event(
     joined["x-forwarded-for"] = f"{forwarded_for},{source_ip}" if forwarded_for else source_ip
     joined.setdefault("x-forwarded-proto", "http")
     joined.setdefault("x-forwarded-port", host_port)
-    query: dict[str, str] = {}
-    for name, value in parse_qsl(split.query, keep_blank_values=True):
-        query[name] = f"{query[name]},{value}" if name in query else value
-    host = joined.get("host", "localhost")
-    event: dict[str, Any] = {
-        "version": "2.0",
-        "routeKey": route.source.route_key,
-        "rawPath": split.path,
-        "rawQueryString": split.query,
-    }
-    if cookies:
-        event["cookies"] = cookies
-    event["headers"] = joined
-    if query:
-        event["queryStringParameters"] = query
-    event["requestContext"] = {
+    return joined, cookies
+
+
+def _request_context(
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    source_ip: str,
+    route: Route,
+    account_id: str,
+    now: datetime,
+) -> dict[str, Any]:
+    host = headers.get("host", "localhost")
+    return {
         "accountId": account_id,
         "apiId": route.source.api_id,
         "domainName": host,
         "domainPrefix": host.split(".", 1)[0],
         "http": {
             "method": method,
-            "path": split.path,
+            "path": path,
             "protocol": "HTTP/1.1",
             "sourceIp": source_ip,
-            "userAgent": joined.get("user-agent", ""),
+            "userAgent": headers.get("user-agent", ""),
         },
         "requestId": str(uuid.uuid4()),
         "routeKey": route.source.route_key,
@@ -204,13 +243,6 @@ def http_api_event(
         "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
         "timeEpoch": int(now.timestamp() * 1000),
     }
-    if path_parameters:
-        event["pathParameters"] = path_parameters
-    encoded = bool(body) and not _is_text(joined.get("content-type"), body)
-    if body:
-        event["body"] = base64.b64encode(body).decode() if encoded else body.decode("utf-8")
-    event["isBase64Encoded"] = encoded
-    return event
 
 
 @dataclass(frozen=True)
@@ -274,18 +306,67 @@ def http_response(result: Any) -> HttpResponse:
     return HttpResponse(status, headers, data)
 
 
+class _RequestHandler(WSGIRequestHandler):
+    """werkzeug's handler (any method reaches the application, as API Gateway routes any), keeping the
+    headers as received: its WSGI environ drops names with "_" and joins repeated ones."""
+
+    def make_environ(self) -> WSGIEnvironment:
+        environ = super().make_environ()
+        environ[_RAW_HEADERS] = list(self.headers.items())
+        environ[_RAW_TARGET] = self.path  # RAW_URI is re-encoded (UTF-8 read as Latin-1)
+        return environ
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        log.debug("http: " + message, *args)
+
+
+def _framed_body(request: Request, headers: list[tuple[str, str]]) -> bytes:
+    """The request body, chunked (werkzeug decodes it) or of its Content-Length.
+
+    Raises:
+        ValueError: a Content-Length that is not 1*DIGIT, or two that differ (RFC 9110 8.6: a request
+            smuggling attempt), or a malformed chunk; where the request ends is then unknown.
+    """
+    values = {value.strip() for name, value in headers if name.lower() == "content-length"}
+    chunked = request.headers.get("Transfer-Encoding", "").lower() == "chunked"
+    if values and not chunked and (len(values) > 1 or not re.fullmatch(r"[0-9]+", next(iter(values)))):
+        raise ValueError(f"invalid Content-Length {sorted(values)}")
+    try:
+        return request.get_data(cache=False)
+    except OSError as error:  # werkzeug's DechunkedInput: a chunk size that is not hexadecimal
+        raise ValueError(str(error)) from error
+
+
+class _Response(Response):
+    # No Content-Type unless the function sent one, as API Gateway passes its response through.
+    default_mimetype = None
+
+
 class HttpApiServer:
     """A threading HTTP server on `host:port` (0 = a free port) dispatching to the routes' functions.
 
-    Requests are served concurrently, each invoking its function synchronously: up to the function's
-    concurrency at once, further requests wait for a free environment (Lambda would throttle them,
-    and API Gateway answer 500: locally a burst is slower instead of failing).
+    Requests are served concurrently (werkzeug's threaded server; each connection carries one request),
+    each invoking its function synchronously: up to the function's concurrency at once, further
+    requests wait for a free environment (Lambda would throttle them, and API Gateway answer 500:
+    locally a burst is slower instead of failing).
+
+    Raises:
+        OSError: the port is taken (EADDRINUSE).
     """
 
     def __init__(self, router: Router, account_id: str, host: str = "127.0.0.1", port: int = 8000) -> None:
         self.router, self.account_id = router, account_id
-        self._server = ThreadingHTTPServer((host, port), self._request_handler())
-        self._server.daemon_threads = True
+        # Bound here: werkzeug would print and exit the process on a port in use.
+        with socket.create_server((host, port)) as listener:
+            # werkzeug serves a duplicate of the bound socket.
+            self._server = make_server(
+                host,
+                listener.getsockname()[1],
+                self._application,
+                threaded=True,
+                request_handler=_RequestHandler,
+                fd=listener.fileno(),
+            )
         self._thread: threading.Thread | None = None
 
     @property
@@ -342,67 +423,24 @@ class HttpApiServer:
             )
             return INTERNAL_ERROR
 
-    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as HTTP clients expect
-            disable_nagle_algorithm = True  # small responses would otherwise wait ~40 ms for a delayed ACK
-
-            def _handle(self) -> None:
-                try:
-                    body = self._read_body()
-                except ValueError:  # a Content-Length or chunk size that is not a number, or negative
-                    self.close_connection = True  # where this request ends is unknown: no next one
-                    self._send(BAD_REQUEST)
-                    return
-                started = time.monotonic()
-                response = api.respond(
-                    self.command, self.path, list(self.headers.items()), body, self.client_address[0]
-                )
-                log.debug(
-                    "%s %s -> %d (%.0f ms)",
-                    self.command,
-                    self.path,
-                    response.status,
-                    (time.monotonic() - started) * 1000,
-                )
-                self._send(response)
-
-            def _send(self, response: HttpResponse) -> None:
-                self.send_response(response.status)
-                for name, value in response.headers:
-                    if name.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(response.body)))
-                if self.close_connection:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(response.body)
-
-            def _read_body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass  # trailers
-                            return b"".join(chunks)
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                # RFC 9110 8.6: 1*DIGIT, and one value (two that differ are a request smuggling attempt)
-                values = {value.strip() for value in self.headers.get_all("Content-Length") or []}
-                if not values:
-                    return b""
-                if len(values) > 1 or not re.fullmatch(r"[0-9]+", next(iter(values))):
-                    raise ValueError(f"invalid Content-Length {sorted(values)}")
-                return self.rfile.read(int(values.pop()))
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("http: " + format, *args)
-
-        return Handler
+    def _application(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        """The WSGI application: the request as received, through `respond`."""
+        request = Request(environ)
+        method, target, headers = environ["REQUEST_METHOD"], environ[_RAW_TARGET], environ[_RAW_HEADERS]
+        started = time.monotonic()
+        try:
+            body = _framed_body(request, headers)
+        except ValueError:
+            response = BAD_REQUEST
+        else:
+            try:
+                response = self.respond(method, target, headers, body, request.remote_addr or "")
+            except Exception:  # e.g. the stack stopping: API Gateway's 500, not werkzeug's HTML page
+                log.exception("%s %s: the request could not be served", method, target)
+                response = INTERNAL_ERROR
+        log.debug(
+            "%s %s -> %d (%.0f ms)", method, target, response.status, (time.monotonic() - started) * 1000
+        )
+        hidden = ("content-length", "transfer-encoding", "connection")
+        sent = [(name, value) for name, value in response.headers if name.lower() not in hidden]
+        return _Response(response.body, response.status, sent)(environ, start_response)

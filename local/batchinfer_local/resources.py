@@ -110,21 +110,36 @@ def create_resources(
         TemplateError: an expression cannot be resolved, or a bucket notification targets
             something other than a queue of the template.
     """
-    region = resolver.pseudo["AWS::Region"]
-    account = resolver.pseudo["AWS::AccountId"]
-    declared: dict[str, dict[str, Any]] = template["Resources"]
-    made = Resources()
     by_type: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for logical_id, resource in declared.items():
+    for logical_id, resource in template["Resources"].items():
         kind = resource.get("Type", "")
         if "Condition" in resource and not resolver.condition(resource["Condition"]):
             continue
         by_type.setdefault(kind, []).append((logical_id, resource.get("Properties") or {}))
         if kind not in (TABLE, BUCKET, QUEUE) and kind not in NOT_EMULATED:
             log.warning("%s (%s) is not emulated by the local stack", logical_id, kind)
+    made = Resources()
+    _create_queues(clients["sqs"], resolver, made, by_type.get(QUEUE, []))
+    for logical_id, properties in by_type.get(TABLE, []):
+        _create_table(clients["dynamodb"], resolver, made, logical_id, properties)
+    buckets = by_type.get(BUCKET, [])
+    for logical_id, properties in buckets:
+        _create_bucket(clients["s3"], resolver, made, logical_id, properties)
+    for logical_id, properties in buckets:
+        if "NotificationConfiguration" in properties:
+            notification = resolver.resolve(
+                properties["NotificationConfiguration"], f"{logical_id}.Notification"
+            )
+            _put_notifications(clients["s3"], made, logical_id, notification)
+    return made
 
-    sqs = clients["sqs"]
-    for logical_id, properties in by_type.get(QUEUE, []):
+
+def _create_queues(
+    sqs: Any, resolver: Resolver, made: Resources, queues: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """Every queue, then their redrive policies (a DLQ may be declared after its queue)."""
+    region, account = resolver.pseudo["AWS::Region"], resolver.pseudo["AWS::AccountId"]
+    for logical_id, properties in queues:
         name = _physical_name(resolver, logical_id, properties, "QueueName")
         if properties.get("FifoQueue") and "QueueName" not in properties:
             name += ".fifo"
@@ -137,8 +152,7 @@ def create_resources(
         made.queue_urls[logical_id], made.queue_arns[logical_id] = url, arn
         made.visibility_timeouts[logical_id] = int(attributes.get("VisibilityTimeout", 30))
         resolver.add_resource(logical_id, url, Arn=arn, QueueName=name, QueueUrl=url)
-
-    for logical_id, properties in by_type.get(QUEUE, []):
+    for logical_id, properties in queues:
         if "RedrivePolicy" not in properties:
             continue
         policy = resolver.resolve(properties["RedrivePolicy"], f"{logical_id}.RedrivePolicy")
@@ -152,57 +166,54 @@ def create_resources(
             QueueUrl=made.queue_urls[logical_id], Attributes={"RedrivePolicy": json.dumps(policy)}
         )
 
-    dynamodb = clients["dynamodb"]
-    for logical_id, properties in by_type.get(TABLE, []):
-        name = _physical_name(resolver, logical_id, properties, "TableName")
-        spec = resolver.resolve(properties, logical_id)
-        request: dict[str, Any] = {
-            "TableName": name,
-            "AttributeDefinitions": spec["AttributeDefinitions"],
-            "KeySchema": spec["KeySchema"],
-            "BillingMode": spec.get("BillingMode", "PROVISIONED"),
-        }
-        for key in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes", "ProvisionedThroughput"):
-            if key in spec:
-                request[key] = spec[key]
-        if "StreamSpecification" in spec:
-            request["StreamSpecification"] = {"StreamEnabled": True, **spec["StreamSpecification"]}
-        table = dynamodb.create_table(**request)["TableDescription"]
-        ttl = spec.get("TimeToLiveSpecification")
-        if ttl and ttl.get("Enabled") in (True, "true"):
-            dynamodb.update_time_to_live(
-                TableName=name,
-                TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
-            )
-        made.tables[logical_id] = name
-        attributes = {"Arn": table["TableArn"]}
-        if "LatestStreamArn" in table:
-            attributes["StreamArn"] = table["LatestStreamArn"]
-        resolver.add_resource(logical_id, name, **attributes)
 
-    s3 = clients["s3"]
-    for logical_id, properties in by_type.get(BUCKET, []):
-        name = _physical_name(resolver, logical_id, properties, "BucketName").lower()
-        if region == "us-east-1":
-            s3.create_bucket(Bucket=name)
-        else:
-            s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": region})
-        made.buckets[logical_id] = name
-        resolver.add_resource(
-            logical_id,
-            name,
-            Arn=f"arn:aws:s3:::{name}",
-            DomainName=f"{name}.s3.amazonaws.com",
-            RegionalDomainName=f"{name}.s3.{region}.amazonaws.com",
+def _create_table(
+    dynamodb: Any, resolver: Resolver, made: Resources, logical_id: str, properties: dict[str, Any]
+) -> None:
+    name = _physical_name(resolver, logical_id, properties, "TableName")
+    spec = resolver.resolve(properties, logical_id)
+    request: dict[str, Any] = {
+        "TableName": name,
+        "AttributeDefinitions": spec["AttributeDefinitions"],
+        "KeySchema": spec["KeySchema"],
+        "BillingMode": spec.get("BillingMode", "PROVISIONED"),
+    }
+    for key in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes", "ProvisionedThroughput"):
+        if key in spec:
+            request[key] = spec[key]
+    if "StreamSpecification" in spec:
+        request["StreamSpecification"] = {"StreamEnabled": True, **spec["StreamSpecification"]}
+    table = dynamodb.create_table(**request)["TableDescription"]
+    ttl = spec.get("TimeToLiveSpecification")
+    if ttl and ttl.get("Enabled") in (True, "true"):
+        dynamodb.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
         )
+    made.tables[logical_id] = name
+    attributes = {"Arn": table["TableArn"]}
+    if "LatestStreamArn" in table:
+        attributes["StreamArn"] = table["LatestStreamArn"]
+    resolver.add_resource(logical_id, name, **attributes)
 
-    for logical_id, properties in by_type.get(BUCKET, []):
-        if "NotificationConfiguration" in properties:
-            notification = resolver.resolve(
-                properties["NotificationConfiguration"], f"{logical_id}.Notification"
-            )
-            _put_notifications(s3, made, logical_id, notification)
-    return made
+
+def _create_bucket(
+    s3: Any, resolver: Resolver, made: Resources, logical_id: str, properties: dict[str, Any]
+) -> None:
+    region = resolver.pseudo["AWS::Region"]
+    name = _physical_name(resolver, logical_id, properties, "BucketName").lower()
+    if region == "us-east-1":
+        s3.create_bucket(Bucket=name)
+    else:
+        s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": region})
+    made.buckets[logical_id] = name
+    resolver.add_resource(
+        logical_id,
+        name,
+        Arn=f"arn:aws:s3:::{name}",
+        DomainName=f"{name}.s3.amazonaws.com",
+        RegionalDomainName=f"{name}.s3.{region}.amazonaws.com",
+    )
 
 
 def _put_notifications(s3: Any, made: Resources, logical_id: str, notification: Mapping[str, Any]) -> None:

@@ -4,11 +4,21 @@ The template is decoded with cfn-lint's decoder (it understands the short-form t
 `!Sub`, `!GetAtt`, ...) and function properties get their `Globals` merged by the SAM translator's
 own `Globals` class, so the local stack reads the template exactly as `sam` does.
 
-No library resolves intrinsics against *local* values (cfn-lint and the SAM translator only
-validate or pass them through), hence the small `Resolver` below. It implements the documented
-semantics of https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/intrinsic-function-reference.html
-for Ref, Fn::Sub, Fn::GetAtt, Fn::Join, Fn::Select, Fn::Split, Fn::If, Fn::Equals, Fn::Not,
-Fn::And, Fn::Or, Condition, Fn::FindInMap, Fn::Base64 and Fn::GetAZs.
+The `Resolver` below resolves intrinsics against the local stack's values. It implements the
+documented semantics of
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/intrinsic-function-reference.html for
+Ref, Fn::Sub, Fn::GetAtt, Fn::Join, Fn::Select, Fn::Split, Fn::If, Fn::Equals, Fn::Not, Fn::And,
+Fn::Or, Condition, Fn::FindInMap, Fn::Base64 and Fn::GetAZs. cfn-lint and the SAM translator only
+validate intrinsics or pass them through. SAM CLI's `samcli.lib.intrinsic_resolver.IntrinsicResolver`
+(with an `IntrinsicsSymbolTable` holding the created resources) does resolve them, but it was tried on
+these cases and differs from CloudFormation where this template depends on it:
+- `Ref: AWS::NoValue` becomes None instead of removing the property: `Fn::If [C, !Ref AWS::NoValue, x]`
+  raises "Missing Intrinsic property in Fn::If";
+- a `Ref` to a parameter gives its Default as declared (`10` for a Number, where CloudFormation gives
+  "10"; a CommaDelimitedList stays one string, so `Fn::Select` over it fails);
+- a `Ref` or `Fn::GetAtt` to a resource it does not know resolves to the logical id or a made-up
+  Lambda ARN instead of failing, which would hide a resource the local stack does not emulate;
+- `Fn::Sub` leaves `${!Literal}` as is instead of rendering `${Literal}`.
 """
 
 from __future__ import annotations

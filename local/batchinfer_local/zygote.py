@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .functions import FunctionSpec, load_handler
-from .runtime import LocalLambdaContext
+from .runtime import LocalLambdaContext, Op
 
 _PACKET_BYTES = 1 << 20
 # What the handlers import that costs the most and opens nothing at import (checked: no file descriptor,
@@ -163,20 +163,20 @@ def serve(conn: Connection, spec: FunctionSpec) -> None:
     try:
         handler = load_handler(spec)
     except BaseException as exc:
-        conn.send({"op": "failed", "error": error_shape(exc, "Runtime.ImportModuleError")})
+        conn.send({"op": Op.FAILED, "error": error_shape(exc, "Runtime.ImportModuleError")})
         return
     probes = Probes()
     probes.delta()
-    conn.send({"op": "ready", "pid": os.getpid()})
+    conn.send({"op": Op.READY, "pid": os.getpid()})
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message["op"] == "configure":
+        if message["op"] == Op.CONFIGURE:
             apply_configuration(message)
             probes.delta()  # a reset counter is a new origin, not a negative count
-            conn.send({"op": "configured"})
+            conn.send({"op": Op.CONFIGURED})
             continue
         context = LocalLambdaContext(
             spec,
@@ -195,12 +195,12 @@ def serve(conn: Connection, spec: FunctionSpec) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-            reply: dict[str, Any] = {"op": "error", "error": error_shape(exc)}
+            reply: dict[str, Any] = {"op": Op.ERROR, "error": error_shape(exc)}
         else:
             try:
-                reply = {"op": "result", "payload": json.dumps(result)}
+                reply = {"op": Op.RESULT, "payload": json.dumps(result)}
             except (TypeError, ValueError) as exc:
-                reply = {"op": "error", "error": error_shape(exc, "Runtime.MarshalError")}
+                reply = {"op": Op.ERROR, "error": error_shape(exc, "Runtime.MarshalError")}
         reply.update(duration=time.monotonic() - started, stats=probes.delta())
         conn.send(reply)
 
@@ -242,7 +242,7 @@ def main() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
-    send({"op": "ready", "pid": os.getpid()})
+    send({"op": Op.READY, "pid": os.getpid()})
     children: set[int] = set()
     try:
         while True:
@@ -251,7 +251,7 @@ def main() -> None:
                 return  # the pool closed the socket (or died)
             message = json.loads(data)
             _reap(children)
-            if message["op"] == "spawn":
+            if message["op"] == Op.SPAWN:
                 if threading.active_count() > 1:  # forking a threaded process could deadlock the child
                     print("zygote: threads were started during init", file=sys.stderr, flush=True)
                 pid = os.fork()
@@ -273,13 +273,13 @@ def main() -> None:
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
-                send({"op": "spawned", "pid": pid})
-            elif message["op"] == "kill":
+                send({"op": Op.SPAWNED, "pid": pid})
+            elif message["op"] == Op.KILL:
                 _kill(message["pid"], children)
-                send({"op": "killed"})
-            elif message["op"] == "configure":
+                send({"op": Op.KILLED})
+            elif message["op"] == Op.CONFIGURE:
                 apply_configuration(message)
-                send({"op": "configured"})
+                send({"op": Op.CONFIGURED})
     finally:
         for pid in list(children):
             _kill(pid, children)

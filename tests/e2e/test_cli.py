@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from batchinfer.data import uploads
 from batchinfer_local import LocalStack, cli
 from batchinfer_local import client as client_module
+from batchinfer_local.cli.common import date as cli_date
 from support.api_stack import chat_line, jsonl, new_account
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
@@ -112,9 +114,23 @@ def test_submit_wait_downloads_and_the_batch_shows_in_list_and_files(
     code, out, _ = run("list", key=new_account("cli-empty"))
     assert (code, out) == (0, "no batches yet: `batchinfer submit FILE` creates one\n")
 
-    # And `wait ID` of a finished batch returns at once, exit 0
-    code, out, _ = run("wait", batch["id"], "--json")
-    assert (code, json.loads(out)["status"]) == (0, "completed")
+    # And `wait ID` of a finished batch returns at once, exit 0, nothing on stderr
+    code, out, err = run("wait", batch["id"], "--json")
+    assert (code, json.loads(out)["status"], err) == (0, "completed", "")
+
+    # And `status ID` is a short summary; with --json the whole Batch object
+    code, out, err = run("status", batch["id"])
+    assert (code, err) == (0, "")
+    assert out == (
+        f"{batch['id']}: completed, /v1/chat/completions, 2/2 done, 0 failed\n"
+        f"created {cli_date(batch['created_at'])}, ended {cli_date(batch['completed_at'])}\n"
+    )
+    code, out, _ = run("status", batch["id"], "--json")
+    assert (code, json.loads(out)["id"], json.loads(out)["request_counts"]) == (
+        0,
+        batch["id"],
+        batch["request_counts"],
+    )
 
     # And `files delete` deletes the input; a second delete is one line, 404
     code, out, _ = run("files", "delete", batch["input_file_id"], "--json")
@@ -148,8 +164,10 @@ def test_cancel_of_a_fresh_batch_and_of_a_finished_one(run, stack: LocalStack, b
     code, out, err = run("cancel", batch["id"], "--json")
     assert (code, err) == (0, "")
     assert json.loads(out)["status"] in ("cancelling", "cancelled")
-    code, out, _ = run("wait", batch["id"], "--json")
+    code, out, err = run("wait", batch["id"], "--json")
     assert (code, json.loads(out)["status"]) == (1, "cancelled")  # not completed: exit 1
+    # and one line on stderr: how it ended, with its counts
+    assert re.fullmatch(rf"error: batch {batch['id']} was cancelled \([0-2]/2 done, [0-2] failed\)\n", err)
     code, out, err = run("cancel", batch["id"])  # again: the same batch, as OpenAI answers
     assert (code, err, out) == (0, "", f"batch {batch['id']}: cancelled\n")
 
@@ -242,3 +260,65 @@ def test_keys_and_accounts_on_the_local_stack_need_no_aws_credentials(
     assert cli.main(["accounts", "set", "cli-local", "--webhook-url", "", "--local"]) == 0
     out = capsys.readouterr().out
     assert '"webhook_url": null' in out and "whsec_" not in out
+
+
+def test_buckets_create_sets_up_a_tokenhub_bucket_in_one_step(
+    stack: LocalStack,
+    run,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "local.json"
+    cli.write_state(stack, state)
+    monkeypatch.setenv(cli.STATE_ENV, str(state))
+    capsys.readouterr()
+
+    # When a bucket is created for the dev key's account (the default)
+    assert cli.main(["buckets", "create", "batchinfer-user-cli-dev", "--local"]) == 0
+
+    # Then it exists in the stack's S3 and is on the account's allowlist
+    assert capsys.readouterr().out == (
+        f"bucket s3://batchinfer-user-cli-dev created in the local stack's S3 ({stack.moto_endpoint})\n"
+        "account 'default' may use it: allowed buckets s3://batchinfer-user-cli-dev\n"
+    )
+    stack.s3.head_bucket(Bucket="batchinfer-user-cli-dev")
+
+    # And a TokenHub batch of the dev key reads and writes it
+    stack.s3.put_object(
+        Bucket="batchinfer-user-cli-dev", Key="in/b.jsonl", Body=jsonl(chat_line("d-1", "Say hi."))
+    )
+    from batchinfer_local.client import BatchClient
+
+    client = BatchClient(f"{stack.base_url}/v1", stack.api_key)
+    created = client._json(
+        "POST",
+        "/batches",
+        json={
+            "input_source": "user_s3",
+            "input_file_id": "s3://batchinfer-user-cli-dev/in/b.jsonl",
+            "output_target": "user_s3",
+            "output_user_s3_path": "s3://batchinfer-user-cli-dev/out/",
+        },
+    )
+    assert client.wait(created["id"], poll_s=0.5, timeout_s=120)["status"] == "completed"
+
+    # And again, for another account: the bucket is kept, the other account's allowlist grows
+    assert (
+        cli.main(["buckets", "create", "batchinfer-user-cli-dev", "--local", "--account", "cli-bk", "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == {
+        "bucket": "batchinfer-user-cli-dev",
+        "created": False,
+        "account_id": "cli-bk",
+        "allowed_buckets": ["s3://batchinfer-user-cli-dev"],
+    }
+
+    # And a name outside UserBucketPattern is refused, nothing created
+    assert cli.main(["buckets", "create", "my-bucket", "--local"]) == 2
+    assert capsys.readouterr().err == (
+        "error: bucket 'my-bucket' does not match the stack's user bucket pattern 'batchinfer-user-*' "
+        "(template parameter UserBucketPattern): choose a name like 'batchinfer-user-mine'\n"
+    )
+    assert "my-bucket" not in {b["Name"] for b in stack.s3.list_buckets()["Buckets"]}

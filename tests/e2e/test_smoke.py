@@ -1,4 +1,4 @@
-"""`batchinfer smoke` against the local stack: every step passes and prints one line (issue 16)."""
+"""`batchinfer smoke` against the local stack: every step passes and prints one line."""
 
 from __future__ import annotations
 

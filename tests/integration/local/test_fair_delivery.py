@@ -1,6 +1,6 @@
 """The local stack delivers shard messages as an SQS fair queue does: a small account's batch created
 right after a big one is not held back behind the big one's backlog; and once delivered, one
-account's shards hold at most its share of a model's shard workers (issue 12, `AccountShardShare`):
+account's shards hold at most its share of a model's shard workers (`AccountShardShare`):
 its shard over the share waits without reaching the model while another account's shard runs.
 
 The scripted model answers a `GATE` prompt only when the test hands out a pass (`admit`), so what has

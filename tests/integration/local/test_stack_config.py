@@ -20,6 +20,7 @@ from batchinfer_local import LocalStack, TemplateError
 from batchinfer_local.functions import function_specs, merged_environment
 from batchinfer_local.resources import create_resources
 from batchinfer_local.template import Resolver, load_template
+from batchinfer_local.template_stack import TemplateStack
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -187,6 +188,36 @@ def test_environment_is_set_while_running_and_restored_after(tmp_path: Path) -> 
         assert (response.status_code, response.text) == (200, "bar")
         assert stack.invocations("Fn") == 1
     assert dict(os.environ) == before
+
+
+def test_start_hooks_run_once_the_resources_and_variables_exist(tmp_path: Path) -> None:
+    # Given a hook that records what it finds and makes a bucket
+    seen: list[tuple[str, list[str]]] = []
+
+    def hook(stack: TemplateStack) -> None:
+        seen.append((stack.environment["FOO"], sorted(stack.functions)))
+        stack.s3.create_bucket(Bucket="made-by-hook")
+
+    # When the engine starts with it
+    with TemplateStack(write_stack(tmp_path, ONE_FUNCTION), port=0, start_hooks=[hook]) as stack:
+        buckets = {bucket["Name"] for bucket in stack.s3.list_buckets()["Buckets"]}
+        answer = httpx.get(f"{stack.base_url}/foo", timeout=30).text
+
+    # Then it ran once, saw the functions and their variables, and what it made is there; the engine
+    # itself stores no API key
+    assert seen == [("bar", ["Fn"])]
+    assert ("made-by-hook" in buckets, answer) == (True, "bar")
+    assert not hasattr(stack, "api_key")
+
+
+def test_local_stacks_own_hooks_run_first_and_a_template_without_a_table_has_no_key(tmp_path: Path) -> None:
+    order: list[str] = []
+    with LocalStack(
+        write_stack(tmp_path, ONE_FUNCTION), port=0, start_hooks=[lambda _: order.append("mine")]
+    ) as stack:
+        order.append("started")
+        assert stack.api_key is None
+    assert order == ["mine", "started"]
 
 
 def test_only_one_stack_per_process(tmp_path: Path) -> None:

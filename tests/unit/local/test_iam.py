@@ -141,7 +141,7 @@ USER = "arn:aws:s3:::batchinfer-user-acme"
         ("ApiFunction", "s3:DeleteObject", f"{DATA}/batches/b/shards/00000.jsonl", False),
         ("PrepareFunction", "s3:DeleteObject", f"{DATA}/files/file-1", False),
         # A result key no commit names (a refused writer's, a recovered part's source) is deleted by
-        # the writer that knows it (issue 12); nothing else of the work prefix.
+        # the writer that knows it (a refused writer cleans up after itself); nothing else of the work prefix.
         ("ShardWorkerFunction", "s3:DeleteObject", f"{DATA}/batches/b/results/00000.00000.t.jsonl", True),
         ("ShardWorkerFunction", "s3:DeleteObject", f"{DATA}/batches/b/shards/00000.jsonl", False),
         ("AggregatorFunction", "s3:DeleteObject", f"{DATA}/batches/b/output.jsonl", False),

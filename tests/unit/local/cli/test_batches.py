@@ -1,0 +1,138 @@
+"""The batch commands without a stack: their options, the status summary and the ending line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchinfer_local import cli
+from batchinfer_local.cli.batches import ending_line, metadata, status_lines
+from batchinfer_local.client import BatchClient
+
+
+def test_submit_takes_the_batch_options() -> None:
+    args = cli.build_parser().parse_args(
+        [
+            "submit",
+            "f.jsonl",
+            "--endpoint",
+            "/v2/models/m/infer",
+            "--completion-window",
+            "2h",
+            "--metadata",
+            "a=1",
+            "--metadata",
+            "b=x=y",
+            "--output-expires-after",
+            "3600",
+        ]
+    )
+    assert (args.endpoint, args.completion_window, args.output_expires_after) == (
+        "/v2/models/m/infer",
+        "2h",
+        3600,
+    )
+    assert metadata(args.metadata) == {"a": "1", "b": "x=y"}
+
+
+def test_metadata_without_an_equals_sign_is_a_usage_error() -> None:
+    with pytest.raises(cli.CliError) as raised:
+        metadata(["nope"])
+    assert (str(raised.value), raised.value.code) == ("error: --metadata 'nope' is not KEY=VALUE", 2)
+
+
+def _finished(status: str, **fields: object) -> dict:
+    return {
+        "id": "batch_1",
+        "status": status,
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+        "request_counts": {"total": 3, "completed": 1, "failed": 1},
+        "created_at": 1_700_000_000,
+        **fields,
+    }
+
+
+def test_status_is_a_short_summary_with_counts_and_times() -> None:
+    # Given a completed batch and one still running
+    done = _finished("completed", completed_at=1_700_000_065)
+    running = _finished("in_progress")
+
+    # Then the summary is its id, status, endpoint, counts, created and ended
+    assert status_lines(done) == [
+        "batch_1: completed, /v1/chat/completions, 1/3 done, 1 failed",
+        "created 2023-11-14 22:13:20 UTC, ended 2023-11-14 22:14:25 UTC",
+    ]
+    assert status_lines(running)[1] == "created 2023-11-14 22:13:20 UTC"
+
+
+def test_status_of_a_failed_batch_lists_its_errors() -> None:
+    failed = _finished(
+        "failed",
+        failed_at=1_700_000_001,
+        errors={"data": [{"code": "model_not_found", "message": "no model m", "line": 2}]},
+    )
+    assert status_lines(failed) == [
+        "batch_1: failed, /v1/chat/completions, 1/3 done, 1 failed",
+        "created 2023-11-14 22:13:20 UTC, ended 2023-11-14 22:13:21 UTC",
+        "  line 2: model_not_found: no model m",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("batch", "line"),
+    [
+        (_finished("cancelled"), "error: batch batch_1 was cancelled (1/3 done, 1 failed)"),
+        (
+            _finished("expired"),
+            "error: batch batch_1 expired: its completion window (24h) passed (1/3 done, 1 failed)",
+        ),
+        (
+            _finished(
+                "failed",
+                errors={
+                    "data": [
+                        {"code": "model_not_found", "message": "no model m", "line": 1},
+                        {"code": "model_not_found", "message": "no model m", "line": 2},
+                    ]
+                },
+            ),
+            "error: batch batch_1 failed: line 1: model_not_found: no model m (and 1 more) "
+            "(1/3 done, 1 failed)",
+        ),
+    ],
+    ids=["cancelled", "expired", "failed"],
+)
+def test_a_batch_that_did_not_complete_ends_in_one_line_saying_how_and_why(batch: dict, line: str) -> None:
+    assert ending_line(batch) == line
+
+
+def test_wait_on_a_cancelled_batch_prints_one_stderr_line_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a batch that ends cancelled
+    monkeypatch.setattr(BatchClient, "wait", lambda self, batch_id, **_: _finished("cancelled"))
+
+    # When `wait --json` follows it
+    code = cli.main(["wait", "batch_1", "--json", "--api-key", "k"])
+
+    # Then stdout has the Batch object, stderr one line, and the exit code is 1
+    out, err = capsys.readouterr()
+    assert (code, json.loads(out)["status"]) == (1, "cancelled")
+    assert err == "error: batch batch_1 was cancelled (1/3 done, 1 failed)\n"
+
+
+def test_status_prints_the_summary_and_json_the_whole_object(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batch = _finished("completed", completed_at=1_700_000_065, metadata={"a": "b"})
+    monkeypatch.setattr(BatchClient, "retrieve", lambda self, batch_id: batch)
+
+    assert cli.main(["status", "batch_1", "--api-key", "k"]) == 0
+    assert capsys.readouterr().out == (
+        "batch_1: completed, /v1/chat/completions, 1/3 done, 1 failed\n"
+        "created 2023-11-14 22:13:20 UTC, ended 2023-11-14 22:14:25 UTC\n"
+    )
+    assert cli.main(["status", "batch_1", "--api-key", "k", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == batch
