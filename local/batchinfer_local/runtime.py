@@ -131,12 +131,3 @@ class Activity:
             with self._lock:
                 self.busy -= 1
                 self.generation += 1
-
-
-def __getattr__(name: str) -> Any:
-    # The DynamoDB event record moved to `pollers.dynamodb`; tests of the pipeline build events with it.
-    if name == "stream_record":
-        from .pollers.dynamodb import stream_record
-
-        return stream_record
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ from batchinfer.data import batches
 from batchinfer.data.items import BatchChanges
 from batchinfer.wire.status import BatchStatus
 from batchinfer.wire.webhooks import event_id
-from batchinfer_local.runtime import stream_record
+from batchinfer_local.pollers.dynamodb import stream_record
 from support.api_stack import HoldableUpstream, chat_line, jsonl
 from support.moto_env import Aws, sqs_event
 from support.pipeline import create, prepared
