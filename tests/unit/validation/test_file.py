@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from batchinfer.validation.endpoints import ENDPOINTS, Endpoint
+from batchinfer.endpoints.base import Endpoint, Usage
+from batchinfer.endpoints.registry import ENDPOINTS
 from batchinfer.validation.file import FileValidator, LineError, RequestLine, jsonl_format_problem
 from batchinfer.validation.jsonl import PhysicalLine
 
@@ -678,18 +679,25 @@ def test_endpoint_table_lists_the_served_endpoints() -> None:
     assert list(ENDPOINTS) == [CHAT, INFER]
 
 
-def test_a_new_endpoint_plugs_into_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    def check_body(body: dict[str, Any], line: int) -> list[LineError]:
+class _TestEndpoint(Endpoint):
+    template, pattern, model_param = "/v1/test", re.compile("/v1/test"), "body.model"
+
+    def check_body(self, body: dict[str, Any], line: int) -> list[LineError]:
         return (
             []
             if "x" in body
             else [LineError(code="invalid_parameter", message="no x", param="body.x", line=line)]
         )
 
-    endpoint = Endpoint(
-        "/v1/test", re.compile("/v1/test"), check_body, lambda m, body: body.get("model"), "body.model"
-    )
-    monkeypatch.setitem(ENDPOINTS, "/v1/test", endpoint)
+    def model_of(self, match: re.Match[str], body: dict[str, Any]) -> str | None:
+        return body.get("model")
+
+    def usage(self, result: dict[str, Any]) -> Usage:
+        return Usage()
+
+
+def test_a_new_endpoint_plugs_into_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ENDPOINTS, "/v1/test", _TestEndpoint())
     lines = [
         _request("a", url="/v1/test", body={"x": 1, "model": MODEL}),
         _request("b", url="/v1/test", body={}),

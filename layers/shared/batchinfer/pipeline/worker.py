@@ -38,7 +38,7 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, inflight, keys, s3, shards, sqs
 from batchinfer.data.items import BatchHeader, LiveProgress, ResultPart, Shard
 from batchinfer.data.table import now
-from batchinfer.infer.service import TokenRequests
+from batchinfer.endpoints.registry import endpoint_for
 from batchinfer.pipeline.lease import LeaseHeartbeat
 from batchinfer.wire.openai import CHAT_ENDPOINT, result_line_bytes
 from batchinfer.wire.status import BatchStatus
@@ -183,10 +183,9 @@ def _stop(state: RetryCallState) -> bool:
 
 
 def for_endpoint(backend: ChatBackend, endpoint: str) -> ChatBackend:
-    """What answers the request bodies of a batch with `endpoint`: the backend's `chat_completion` for
-    `/v1/chat/completions`, token inference (`batchinfer.infer.service.TokenRequests`) for
-    `/v2/models/{model}/infer` bodies."""
-    return backend if endpoint == CHAT_ENDPOINT else TokenRequests(backend)
+    """What answers the request bodies of a batch with `endpoint` on `backend`: its endpoint's server
+    (`batchinfer.endpoints.base.Endpoint.server`; a chat backend is its own)."""
+    return endpoint_for(endpoint).server(backend)
 
 
 async def call_backend(backend: ChatBackend, body: dict[str, Any]) -> dict[str, Any]:
@@ -567,19 +566,23 @@ async def run_window(
     return Window(requests, outcomes, endings[0] if endings else None)
 
 
-def _tally(counts: dict[str, int], outcome: Outcome) -> None:
-    """Add one outcome to `counts` `{completed, failed, input_tokens, output_tokens}`."""
+def _tally(counts: dict[str, int], outcome: Outcome, endpoint: str = CHAT_ENDPOINT) -> None:
+    """Add one outcome to `counts` `{completed, failed, input_tokens, output_tokens}`, its tokens as
+    the batch's `endpoint` counts them."""
     if outcome.ok:
-        usage = (outcome.body or {}).get("usage") or {}
+        usage = endpoint_for(endpoint).usage(outcome.body or {})
         counts["completed"] += 1
-        counts["input_tokens"] += int(usage.get("prompt_tokens") or 0)
-        counts["output_tokens"] += int(usage.get("completion_tokens") or 0)
+        counts["input_tokens"] += usage.input_tokens
+        counts["output_tokens"] += usage.output_tokens
     else:
         counts["failed"] += 1
 
 
-def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str, int]]:
-    """Result lines: successes first, then failures, each in input order.
+def render(
+    batch_id: str, outcomes: list[Outcome], endpoint: str = CHAT_ENDPOINT
+) -> tuple[bytes, int, dict[str, int]]:
+    """Result lines: successes first, then failures, each in input order; tokens counted by the
+    batch's `endpoint`.
 
     Returns (bytes, length of the success part, counts `{completed, failed, input_tokens, output_tokens}`).
     """
@@ -598,7 +601,7 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
             good += encoded
         else:
             bad += encoded
-        _tally(counts, outcome)
+        _tally(counts, outcome, endpoint)
     return bytes(good + bad), len(good), counts
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "INPUT_NAME",
     "InferError",
     "InferRequestBody",
+    "InferResponse",
+    "InferResponseOutput",
     "ModelLimits",
     "SamplingParams",
     "TokenRequest",
@@ -483,20 +485,27 @@ def _resolve(p: InferParameters, limits: ModelLimits) -> SamplingParams:
     )
 
 
+class InferResponseOutput(BaseModel):
+    """One output tensor of a response: its `name`, `shape` `[1, n]`, `datatype` "UINT32", `data`."""
+
+    name: str
+    shape: list[int]
+    datatype: Literal["UINT32"] = DATATYPE
+    data: list[int]
+
+
+class InferResponse(BaseModel):
+    """A token inference response body `{"id", "outputs": [...]}` (`model_dump()` is its JSON)."""
+
+    id: str
+    outputs: list[InferResponseOutput]
+
+
 def infer_response(request: TokenRequest, result: TokenResult) -> dict[str, Any]:
     """The response body: `{"id", "outputs": [{"name", "shape": [1, n], "datatype": "UINT32", "data"}]}`
     with the generated ids only (n of them; the prompt is not repeated)."""
-    return {
-        "id": request.id,
-        "outputs": [
-            {
-                "name": request.output_name,
-                "shape": [1, len(result.ids)],
-                "datatype": DATATYPE,
-                "data": result.ids,
-            }
-        ],
-    }
+    output = InferResponseOutput(name=request.output_name, shape=[1, len(result.ids)], data=result.ids)
+    return InferResponse(id=request.id, outputs=[output]).model_dump()
 
 
 def token_request_body(request_id: str, input_ids: list[int], params: SamplingParams) -> dict[str, Any]:
