@@ -34,14 +34,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from batchinfer.backends.base import BackendError, RegistryError, chat_request
 from batchinfer.backends.http import Answer, post_json, retryable_status, upstream_error
 from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
-from batchinfer.wire.kserve import (
-    INT32_MAX,
-    UINT64_MAX,
-    ModelLimits,
-    SamplingParams,
-    TokenResult,
-    token_request_body,
-)
+from batchinfer.wire.kserve import INT32_MAX, UINT64_MAX, token_request_body
+from batchinfer.wire.tokens import ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:
     from jinja2 import Template

@@ -38,13 +38,7 @@ from batchinfer.backends.base import BackendError, chat_request
 from batchinfer.backends.llama_engine import EngineTimeout, LlamaEngine, usable_cpus
 from batchinfer.core.observability import logger
 from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
-from batchinfer.wire.kserve import (
-    DEFAULT_PRIORITY,
-    DEFAULT_TOP_K,
-    ModelLimits,
-    SamplingParams,
-    TokenResult,
-)
+from batchinfer.wire.tokens import DEFAULT_PRIORITY, DEFAULT_TOP_K, ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:  # llama-cpp-python (and its jinja2) are imported where used: the zip functions'
     # layer does not ship them, and builds this backend only for the image functions.
