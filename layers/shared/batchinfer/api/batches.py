@@ -37,7 +37,7 @@ def batch_view(item: BatchHeader) -> Batch:
     For results in user storage (TokenHub `output_target`), `output_file_id` / `error_file_id` are the
     objects' paths and `output_file_url` / `error_file_url` fresh presigned download URLs.
     """
-    counts, usage = item.shown_counts()  # live while the batch runs (issue 13)
+    counts, usage = item.shown_counts()  # committed plus the shards' live progress while the batch runs
     shown = item.model_copy(update={"request_counts": counts, "usage": usage})
     batch = Batch.model_validate(shown.model_dump(include=set(Batch.model_fields), exclude_none=True))
     if batch.output_target == "file":
