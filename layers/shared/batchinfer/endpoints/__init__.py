@@ -6,6 +6,7 @@
 - `infer`: `/v2/models/{model}/infer` (KServe v2 token requests).
 - `registry`: `ENDPOINTS`, url matching, `register`.
 
-Imports `batchinfer.core`, `wire`, `backends` and `infer` (what serves an endpoint); `validation`
-and `pipeline` import it.
+A layer of its own between `infer` and `validation`: an endpoint says how a backend serves it (the
+token endpoint through `batchinfer.infer.service`), and validation checks a line against its
+endpoint. Imports `wire` and `infer`; `validation` and `pipeline` import it.
 """
