@@ -68,6 +68,8 @@ class RequestLine(NamedTuple):
 
 # --------------------------------------------------------------------------------------------------
 # The file
+
+
 class FileValidator:
     """Validates the lines of one batch input file as they stream by; memory stays bounded.
 
