@@ -26,18 +26,17 @@ def create(
     get_settings.cache_clear()
     batch_id = ids.new_batch_id()
     s3.put_bytes(aws.bucket, f"files/{batch_id}", data)
-    intake.create_batch(
-        **{
-            "batch_id": batch_id,
-            "account_id": "default",
-            "input_file_id": f"file-{batch_id}",
-            "input_bucket": aws.bucket,
-            "input_key": f"files/{batch_id}",
-            "endpoint": "/v1/chat/completions",
-            "completion_window": "24h",
-            **fields,
-        }
-    )
+    new = {
+        "batch_id": batch_id,
+        "account_id": "default",
+        "input_file_id": f"file-{batch_id}",
+        "input_bucket": aws.bucket,
+        "input_key": f"files/{batch_id}",
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+        **fields,
+    }
+    intake.create_batch(intake.NewBatch(**new))
     assert aws.messages("PrepareQueue") == [{"batch_id": batch_id}]
     return batch_id
 

@@ -1,8 +1,10 @@
 """The layer package's imports point one way: no cycles, and no layer imports one above it.
 
 Every import counts: top-level, function-level (lazy) and `if TYPE_CHECKING:` ones, since each is
-a dependency a reader and a refactoring must respect. Layers, lowest first: core < wire < validation
-< data < backends < infer < pipeline < api; a module may import its own subpackage and lower ones.
+a dependency a reader and a refactoring must respect. Layers, lowest first: core < wire < data <
+backends < infer < endpoints < validation < pipeline < api; a module may import its own subpackage and
+lower ones. An endpoint says how a backend serves it (so it stands above backends and infer), and
+validation checks a line against its endpoint (so it stands above endpoints).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import batchinfer
 
 PACKAGE = "batchinfer"
 ROOT = Path(batchinfer.__file__).parent
-LAYERS = ["core", "wire", "validation", "data", "backends", "infer", "pipeline", "api"]
+LAYERS = ["core", "wire", "data", "backends", "infer", "endpoints", "validation", "pipeline", "api"]
 
 
 def _module_name(path: Path) -> str:

@@ -47,13 +47,15 @@ def create(aws: Aws, text: str, *, shard_size: int = 2, monkeypatch: pytest.Monk
     s3.put_bytes(aws.bucket, "files/file-test", text.encode())
     batch_id = ids.new_batch_id()
     intake.create_batch(
-        batch_id=batch_id,
-        account_id="default",
-        input_file_id="file-test",
-        input_bucket=aws.bucket,
-        input_key="files/file-test",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
+        intake.NewBatch(
+            batch_id=batch_id,
+            account_id="default",
+            input_file_id="file-test",
+            input_bucket=aws.bucket,
+            input_key="files/file-test",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
     )
     return batch_id
 

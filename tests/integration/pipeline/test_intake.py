@@ -20,20 +20,18 @@ from support.moto_env import Aws
 AT = 1_800_000_030  # 30 s into a calendar minute
 
 
-def create(batch_id: str, **fields: Any) -> Any:
-    return intake.create_batch(
-        **{
-            "batch_id": batch_id,
-            "account_id": "acct",
-            "input_file_id": "file-in",
-            "input_bucket": "in-bucket",
-            "input_key": "files/file-in",
-            "endpoint": "/v1/chat/completions",
-            "completion_window": "24h",
-            "at": AT,
-            **fields,
-        }
-    )
+def create(batch_id: str, at: int = AT, **fields: Any) -> Any:
+    new = {
+        "batch_id": batch_id,
+        "account_id": "acct",
+        "input_file_id": "file-in",
+        "input_bucket": "in-bucket",
+        "input_key": "files/file-in",
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+        **fields,
+    }
+    return intake.create_batch(intake.NewBatch(**new), at=at)
 
 
 def test_a_new_batch_is_stored_validating_counted_and_sent_to_prepare(moto_aws: Aws) -> None:

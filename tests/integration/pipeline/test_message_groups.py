@@ -48,13 +48,15 @@ def test_a_new_batch_asks_for_prepare_in_its_accounts_group(moto_aws: Aws) -> No
     batch_id = ids.new_batch_id()
     s3.put_bytes(moto_aws.bucket, f"files/{batch_id}", lines(1))
     intake.create_batch(
-        batch_id=batch_id,
-        account_id=ACCOUNT,
-        input_file_id=f"file-{batch_id}",
-        input_bucket=moto_aws.bucket,
-        input_key=f"files/{batch_id}",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
+        intake.NewBatch(
+            batch_id=batch_id,
+            account_id=ACCOUNT,
+            input_file_id=f"file-{batch_id}",
+            input_bucket=moto_aws.bucket,
+            input_key=f"files/{batch_id}",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
     )
     assert moto_aws.grouped("PrepareQueue") == [(ACCOUNT, {"batch_id": batch_id})]
 

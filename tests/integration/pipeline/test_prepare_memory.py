@@ -115,13 +115,15 @@ def test_prepare_of_100k_lines_stays_under_a_fixed_bound(moto_server: str) -> No
     size = upload_stream(bucket, "files/big", _lines())
     batch_id = ids.new_batch_id()
     intake.create_batch(
-        batch_id=batch_id,
-        account_id="default",
-        input_file_id="file-big",
-        input_bucket=bucket,
-        input_key="files/big",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
+        intake.NewBatch(
+            batch_id=batch_id,
+            account_id="default",
+            input_file_id="file-big",
+            input_bucket=bucket,
+            input_key="files/big",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
     )
 
     # When prepare runs, with every Python allocation traced

@@ -56,13 +56,15 @@ def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str
     s3.put_bytes(aws.bucket, "files/in", TEXT.encode())
     batch_id = ids.new_batch_id()
     intake.create_batch(
-        batch_id=batch_id,
-        account_id="default",
-        input_file_id="f",
-        input_bucket=aws.bucket,
-        input_key="files/in",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
+        intake.NewBatch(
+            batch_id=batch_id,
+            account_id="default",
+            input_file_id="f",
+            input_bucket=aws.bucket,
+            input_key="files/in",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
     )
     aws.invoke("PrepareFunction", sqs_event(aws.messages("PrepareQueue")))
     return batch_id, aws.messages("ShardsQueue")

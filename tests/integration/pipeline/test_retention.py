@@ -35,14 +35,16 @@ def run_batch(aws: Aws, *, output_expires_after: int) -> str:
     s3.put_bytes(aws.bucket, "files/file-exp", (LINE + "\n").encode())
     batch_id = ids.new_batch_id()
     intake.create_batch(
-        batch_id=batch_id,
-        account_id="default",
-        input_file_id="file-exp",
-        input_bucket=aws.bucket,
-        input_key="files/file-exp",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-        output_expires_after=output_expires_after,
+        intake.NewBatch(
+            batch_id=batch_id,
+            account_id="default",
+            input_file_id="file-exp",
+            input_bucket=aws.bucket,
+            input_key="files/file-exp",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            output_expires_after=output_expires_after,
+        )
     )
     for function, queue in (
         ("PrepareFunction", "PrepareQueue"),

@@ -19,10 +19,15 @@ from batchinfer.pipeline import inbox
 
 @pytest.fixture
 def created(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The arguments of every `intake.create_batch` call (with the default prefixes, and the limits
-    of an inbox account allowed 3 active batches and 7 creations a minute)."""
+    """The arguments of every `intake.create_batch` call, the `NewBatch` fields given and the options
+    (with the default prefixes, and the limits of an inbox account allowed 3 active batches and 7
+    creations a minute)."""
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(inbox.intake, "create_batch", lambda **fields: calls.append(fields))
+    monkeypatch.setattr(
+        inbox.intake,
+        "create_batch",
+        lambda new, **options: calls.append({**new.model_dump(exclude_unset=True), **options}),
+    )
     monkeypatch.setattr(inbox.accounts, "get_account", lambda account_id: Account(account_id=account_id))
     monkeypatch.setattr(
         inbox.accounts,

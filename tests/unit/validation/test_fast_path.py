@@ -12,15 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchinfer.validation.file import _PLAIN_ENVELOPE_FIELDS, FileValidator, _Envelope
+from batchinfer.validation.envelope import PLAIN_ENVELOPE_FIELDS, Envelope
+from batchinfer.validation.file import FileValidator
 from batchinfer.validation.jsonl import iter_physical_lines
 from support.cases import CASES
 from support.chat_bodies import BODIES, MODEL
 
 
 def test_the_envelope_fast_check_covers_every_field_of_the_envelope() -> None:
-    # `_plain_envelope` checks the fields it lists; a field added to `_Envelope` needs its check too.
-    assert set(_Envelope.model_fields) == _PLAIN_ENVELOPE_FIELDS
+    # `plain_envelope` checks the fields it lists; a field added to `Envelope` needs its check too.
+    assert set(Envelope.model_fields) == PLAIN_ENVELOPE_FIELDS
 
 
 def _run(data: bytes, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], int]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from batchinfer.validation.endpoints import ENDPOINTS, Endpoint
-from batchinfer.validation.file import FileValidator, LineError, RequestLine, jsonl_format_problem
+from batchinfer.endpoints.base import Endpoint, Usage
+from batchinfer.endpoints.registry import ENDPOINTS
+from batchinfer.validation.file import FileValidator, LineError, RequestLine
 from batchinfer.validation.jsonl import PhysicalLine
 
 MODEL = "smollm2-135m-instruct"
@@ -674,22 +675,25 @@ def test_token_endpoint_checks_url_model_and_mismatch() -> None:
     assert _errors(_infer_line("t-1", "nope"), endpoint=INFER) == [("model_not_found", 1, "url")]
 
 
-def test_endpoint_table_lists_the_served_endpoints() -> None:
-    assert list(ENDPOINTS) == [CHAT, INFER]
+class _TestEndpoint(Endpoint):
+    template, pattern, model_param = "/v1/test", re.compile("/v1/test"), "body.model"
 
-
-def test_a_new_endpoint_plugs_into_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    def check_body(body: dict[str, Any], line: int) -> list[LineError]:
+    def check_body(self, body: dict[str, Any], line: int) -> list[LineError]:
         return (
             []
             if "x" in body
             else [LineError(code="invalid_parameter", message="no x", param="body.x", line=line)]
         )
 
-    endpoint = Endpoint(
-        "/v1/test", re.compile("/v1/test"), check_body, lambda m, body: body.get("model"), "body.model"
-    )
-    monkeypatch.setitem(ENDPOINTS, "/v1/test", endpoint)
+    def model_of(self, match: re.Match[str], body: dict[str, Any]) -> str | None:
+        return body.get("model")
+
+    def usage(self, result: dict[str, Any]) -> Usage:
+        return Usage()
+
+
+def test_a_new_endpoint_plugs_into_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ENDPOINTS, "/v1/test", _TestEndpoint())
     lines = [
         _request("a", url="/v1/test", body={"x": 1, "model": MODEL}),
         _request("b", url="/v1/test", body={}),
@@ -840,33 +844,3 @@ def test_an_unknown_model_names_the_closest_served_model() -> None:
         "Line 1: model 'smollm2-135m' is not served by this deployment; did you mean "
         "'smollm2-135m-instruct'? GET /v1/models lists the models."
     )
-
-
-@pytest.mark.parametrize(
-    ("content", "problem"),
-    [
-        (b"", None),
-        (b"\n\n", None),
-        (b'{"custom_id": "a"}\n', None),
-        (b'{\n{"custom_id": "a"}\n', None),  # a bad line among objects: prepare reports it, with its number
-        (
-            b"\xef\xbb\xbf[\n",
-            "it is a JSON array; this must be JSON Lines (one request object per line), without [ ] or "
-            "commas.",
-        ),
-        (
-            b"[1, 2]\n",
-            "none of its first 1 line(s) is a JSON object (line 1 is not a JSON object); "
-            "this must be JSON Lines (one request object per line).",
-        ),
-        (
-            b"{\n" * 7,
-            "none of its first 5 line(s) is a JSON object (line 1 is not valid JSON); "
-            "this must be JSON Lines (one request object per line).",
-        ),
-    ],
-)
-def test_jsonl_format_problem_refuses_only_files_that_are_not_json_lines(
-    content: bytes, problem: str | None
-) -> None:
-    assert jsonl_format_problem(content) == problem

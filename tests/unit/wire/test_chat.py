@@ -13,6 +13,7 @@ from batchinfer.wire.chat import (
     PLAIN_CHAT_FIELDS,
     PLAIN_MESSAGE_FIELDS,
     ChatCompletionBody,
+    ChatCompletionResponse,
     ChatMessage,
     ChatRequest,
     ChatRequestError,
@@ -207,3 +208,31 @@ def test_only_plain_sampling_lets_zero_penalties_and_text_format_pass() -> None:
     )
 
     assert request.only_plain_sampling("X models") is None
+
+
+def test_a_completion_serialises_as_openai_s_chat_completion_object() -> None:
+    completion = ChatCompletionResponse.answer(
+        id="chatcmpl-1", model="m", content="Hi", finish_reason="length", prompt_tokens=3, completion_tokens=2
+    ).model_dump()
+
+    created = completion.pop("created")
+    assert isinstance(created, int)
+    assert list(completion.items()) == [
+        ("id", "chatcmpl-1"),
+        ("object", "chat.completion"),
+        ("model", "m"),
+        (
+            "choices",
+            [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Hi", "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "length",
+                }
+            ],
+        ),
+        ("usage", {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}),
+        ("system_fingerprint", None),
+    ]
+    assert list(completion["choices"][0]) == ["index", "message", "logprobs", "finish_reason"]

@@ -37,7 +37,7 @@ def batch_view(item: BatchHeader) -> Batch:
     For results in user storage (TokenHub `output_target`), `output_file_id` / `error_file_id` are the
     objects' paths and `output_file_url` / `error_file_url` fresh presigned download URLs.
     """
-    counts, usage = item.shown_counts()  # live while the batch runs (issue 13)
+    counts, usage = item.shown_counts()  # committed plus the shards' live progress while the batch runs
     shown = item.model_copy(update={"request_counts": counts, "usage": usage})
     batch = Batch.model_validate(shown.model_dump(include=set(Batch.model_fields), exclude_none=True))
     if batch.output_target == "file":
@@ -115,31 +115,30 @@ def create_batch(request: CreateBatchRequest) -> Response[Batch]:
             param="output_expires_after",
         )
     batch_id, limits = _batch_id(account_id), accounts.batch_limits(account)
+    new = intake.NewBatch(
+        batch_id=batch_id,
+        account_id=account_id,
+        input_file_id=request.input_file_id,
+        input_bucket=plan.input_bucket,
+        input_key=plan.input_key,
+        input_where=plan.input_where,
+        endpoint=plan.endpoint,
+        completion_window=request.completion_window,
+        metadata=request.metadata,
+        name=request.name,
+        output_bucket=plan.output.bucket if plan.output else None,
+        output_prefix=plan.output_prefix(batch_id),
+        output_where=plan.output.where if plan.output else "",
+        input_source=request.input_source,
+        output_target=plan.output_target,
+        output_user_s3_path=request.output_user_s3_path,
+        output_user_cos_path=request.output_user_cos_path,
+        max_active=limits.max_active,
+        max_per_minute=limits.max_per_minute,
+        output_expires_after=request.output_expires_after.seconds if request.output_expires_after else None,
+    )
     try:
-        item = intake.create_batch(
-            batch_id=batch_id,
-            account_id=account_id,
-            input_file_id=request.input_file_id,
-            input_bucket=plan.input_bucket,
-            input_key=plan.input_key,
-            input_where=plan.input_where,
-            endpoint=plan.endpoint,
-            completion_window=request.completion_window,
-            metadata=request.metadata,
-            name=request.name,
-            output_bucket=plan.output.bucket if plan.output else None,
-            output_prefix=plan.output_prefix(batch_id),
-            output_where=plan.output.where if plan.output else "",
-            input_source=request.input_source,
-            output_target=plan.output_target,
-            output_user_s3_path=request.output_user_s3_path,
-            output_user_cos_path=request.output_user_cos_path,
-            max_active=limits.max_active,
-            max_per_minute=limits.max_per_minute,
-            output_expires_after=request.output_expires_after.seconds
-            if request.output_expires_after
-            else None,
-        )
+        item = intake.create_batch(new)
     except accounts.LimitExceeded as error:
         remedy = "." if error.kind == "rate" else "; wait for one to end or cancel one."
         raise TooManyRequests(

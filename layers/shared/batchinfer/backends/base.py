@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from batchinfer.wire.chat import ChatRequest, ChatRequestError, read_chat_request
-from batchinfer.wire.kserve import ModelLimits, SamplingParams, TokenResult
+from batchinfer.wire.tokens import ModelLimits, SamplingParams, TokenResult
 
 __all__ = [
     "BackendError",

@@ -19,12 +19,12 @@ worker owns retries, and `BackendError.retryable` says which errors may succeed 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.wire.chat import ChatCompletionResponse
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import BedrockConfig
@@ -134,15 +134,35 @@ class BedrockBackend:
         kwargs = self.converse_request(body)
         try:
             answer = await asyncio.to_thread(self.client.converse, **kwargs)
-        except ClientError as exc:
+        except (ClientError, ReadTimeoutError, ConnectTimeoutError, BotoCoreError) as exc:
+            raise self._error(exc) from None
+        blocks = answer["output"]["message"]["content"]
+        usage = answer["usage"]
+        return ChatCompletionResponse.answer(
+            id=f"chatcmpl-{answer.get('ResponseMetadata', {}).get('RequestId') or uuid.uuid4().hex}",
+            model=self.name,
+            content="".join(b.get("text", "") for b in blocks),
+            finish_reason=_FINISH.get(answer["stopReason"], "stop"),
+            prompt_tokens=usage["inputTokens"],
+            completion_tokens=usage["outputTokens"],
+        ).model_dump()
+
+    def _error(self, exc: Exception) -> BackendError:
+        """The `BackendError` of a failed Converse call: a `ClientError` mapped by `_ERRORS` (else by
+        its HTTP status), 504 `timeout` for a read or connect timeout, 502 `upstream_unavailable` for
+        any other botocore failure."""
+        from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
+
+        if isinstance(exc, ClientError):
             error = exc.response.get("Error", {})
             code = error.get("Code", "")
+            http_status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)
             status, our_code, retryable = _ERRORS.get(code) or (
-                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500),
+                http_status,
                 code or "server_error",
-                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500) >= 500,
+                http_status >= 500,
             )
-            raise BackendError(
+            return BackendError(
                 status,
                 f"Bedrock {code}: {error.get('Message', str(exc))}",
                 type="server_error"
@@ -152,46 +172,19 @@ class BedrockBackend:
                 else "invalid_request_error",
                 code=our_code,
                 retryable=retryable,
-            ) from None
-        except (ReadTimeoutError, ConnectTimeoutError):
-            raise BackendError(
+            )
+        if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+            return BackendError(
                 504,
                 f"Bedrock did not answer within {self.config.timeout:g} s.",
                 type="server_error",
                 code="timeout",
                 retryable=True,
-            ) from None
-        except BotoCoreError as exc:
-            raise BackendError(
-                502,
-                f"Cannot reach Bedrock: {type(exc).__name__}: {exc}",
-                type="server_error",
-                code="upstream_unavailable",
-                retryable=True,
-            ) from None
-        blocks = answer["output"]["message"]["content"]
-        usage = answer["usage"]
-        return {
-            "id": f"chatcmpl-{answer.get('ResponseMetadata', {}).get('RequestId') or uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": "".join(b.get("text", "") for b in blocks),
-                        "refusal": None,
-                    },
-                    "logprobs": None,
-                    "finish_reason": _FINISH.get(answer["stopReason"], "stop"),
-                }
-            ],
-            "usage": {
-                "prompt_tokens": usage["inputTokens"],
-                "completion_tokens": usage["outputTokens"],
-                "total_tokens": usage["inputTokens"] + usage["outputTokens"],
-            },
-            "system_fingerprint": None,
-        }
+            )
+        return BackendError(
+            502,
+            f"Cannot reach Bedrock: {type(exc).__name__}: {exc}",
+            type="server_error",
+            code="upstream_unavailable",
+            retryable=True,
+        )

@@ -33,14 +33,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from batchinfer.backends.base import BackendError, RegistryError, chat_request
 from batchinfer.backends.http import Answer, post_json, retryable_status, upstream_error
-from batchinfer.wire.kserve import (
-    INT32_MAX,
-    UINT64_MAX,
-    ModelLimits,
-    SamplingParams,
-    TokenResult,
-    token_request_body,
-)
+from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
+from batchinfer.wire.kserve import INT32_MAX, UINT64_MAX, token_request_body
+from batchinfer.wire.tokens import ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -191,8 +186,6 @@ class KServeV2Backend:
         `unsupported_parameter`, `invalid_encoding`, ...), 500 `model_error` when no tokenizer files are
         configured, and the errors of `generate_tokens`.
         """
-        from jinja2 import TemplateError
-
         request = chat_request(body, unsupported_by="this model (a token server)")
         if self.config.tokenizer is None or self.config.tokenizer_config is None:
             raise BackendError(
@@ -202,6 +195,32 @@ class KServeV2Backend:
                 type="server_error",
                 code="model_error",
             )
+        input_ids = self._chat_input_ids(request)
+        params = self._chat_params(request)
+        result = await self.generate_tokens(input_ids, params)
+        text = self._tokenizer.decode(result.ids, skip_special_tokens=True)
+        # The end-of-sequence token is not part of the completion (as llama.cpp and OpenAI count).
+        completion_tokens = len(result.ids) - (1 if result.ids and result.ids[-1] == self._eos_id else 0)
+        finish = result.finish_reason
+        stops = [request.stop] if isinstance(request.stop, str) else (request.stop or [])
+        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+        if cut >= 0:
+            text, finish = text[:cut], "stop"
+        return ChatCompletionResponse.answer(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            model=self.name,
+            content=text,
+            finish_reason=finish,
+            prompt_tokens=len(input_ids),
+            completion_tokens=completion_tokens,
+        ).model_dump()
+
+    def _chat_input_ids(self, request: ChatRequest) -> list[int]:
+        """The prompt's token ids: the messages through the model's chat template and tokenizer.
+        Raises `BackendError(400)`: `invalid_value` when the template rejects the messages,
+        `context_length_exceeded` when they leave no room in `max_seq_len`."""
+        from jinja2 import TemplateError
+
         template, bos, eos = self._template
         messages = [
             {"role": "system" if m.role == "developer" else m.role, "content": m.content}
@@ -218,8 +237,7 @@ class KServeV2Backend:
                 code="invalid_value",
                 param="messages",
             ) from None
-        tokenizer = self._tokenizer
-        input_ids = tokenizer.encode(prompt, add_special_tokens=False).ids
+        input_ids = self._tokenizer.encode(prompt, add_special_tokens=False).ids
         if self.config.max_seq_len is not None and len(input_ids) >= self.config.max_seq_len:
             raise BackendError(
                 400,
@@ -228,9 +246,13 @@ class KServeV2Backend:
                 code="context_length_exceeded",
                 param="messages",
             )
+        return input_ids
+
+    def _chat_params(self, request: ChatRequest) -> SamplingParams:
+        """The token server's sampling parameters for a chat request (temperature or top_p 0: greedy)."""
         max_new = request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens
         greedy = request.temperature == 0 or request.top_p == 0
-        params = SamplingParams(
+        return SamplingParams(
             do_sample=not greedy,
             temperature=request.temperature if request.temperature else 1.0,
             top_k=self.config.vocab_size or INT32_MAX,
@@ -238,32 +260,3 @@ class KServeV2Backend:
             seed=None if request.seed is None else request.seed % UINT64_MAX + 1,
             max_new_tokens=max_new,
         )
-        result = await self.generate_tokens(input_ids, params)
-        text = tokenizer.decode(result.ids, skip_special_tokens=True)
-        # The end-of-sequence token is not part of the completion (as llama.cpp and OpenAI count).
-        completion_tokens = len(result.ids) - (1 if result.ids and result.ids[-1] == self._eos_id else 0)
-        finish = result.finish_reason
-        stops = [request.stop] if isinstance(request.stop, str) else (request.stop or [])
-        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": finish,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": len(input_ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(input_ids) + completion_tokens,
-            },
-            "system_fingerprint": None,
-        }

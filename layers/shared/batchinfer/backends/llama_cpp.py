@@ -29,7 +29,6 @@ import importlib.util
 import os
 import secrets
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +37,8 @@ from typing import TYPE_CHECKING, Any
 from batchinfer.backends.base import BackendError, chat_request
 from batchinfer.backends.llama_engine import EngineTimeout, LlamaEngine, usable_cpus
 from batchinfer.core.observability import logger
-from batchinfer.wire.chat import ChatRequest
-from batchinfer.wire.kserve import (
-    DEFAULT_PRIORITY,
-    DEFAULT_TOP_K,
-    ModelLimits,
-    SamplingParams,
-    TokenResult,
-)
+from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
+from batchinfer.wire.tokens import DEFAULT_PRIORITY, DEFAULT_TOP_K, ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:  # llama-cpp-python (and its jinja2) are imported where used: the zip functions'
     # layer does not ship them, and builds this backend only for the image functions.
@@ -228,32 +221,15 @@ class LlamaCppBackend:
             )
         except RuntimeError as exc:
             raise _model_error(exc) from exc
-        completion_tokens = len(out.tokens)
-        answer = {
-            "id": f"chatcmpl-{uuid.uuid4()}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        # A multi-byte character cut by max_tokens is dropped, as llama-cpp-python does.
-                        "content": out.text.decode("utf-8", errors="ignore"),
-                        "refusal": None,
-                    },
-                    "logprobs": None,
-                    "finish_reason": out.finish_reason,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": len(prompt),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt) + completion_tokens,
-            },
-            "system_fingerprint": None,
-        }
+        answer = ChatCompletionResponse.answer(
+            id=f"chatcmpl-{uuid.uuid4()}",
+            model=self.name,
+            # A multi-byte character cut by max_tokens is dropped, as llama-cpp-python does.
+            content=out.text.decode("utf-8", errors="ignore"),
+            finish_reason=out.finish_reason,
+            prompt_tokens=len(prompt),
+            completion_tokens=len(out.tokens),
+        ).model_dump()
         # The model's own log of what it answered (tests compare output.jsonl with it).
         logger.debug("llama.cpp answered", extra={"completion_id": answer["id"], "usage": answer["usage"]})
         return answer

@@ -20,7 +20,7 @@ waiting request (lowest priority number first, then arrival) takes a free sequen
 the next step: continuous batching.
 
 Exactness (greedy output alone == in any batch; the same seed gives the same output whatever shares
-the batch), measured bit for bit on the logits with the pinned llama.cpp (issue 15's prototype):
+the batch), measured bit for bit on the logits with the pinned llama.cpp (on a prototype of this engine):
 each sequence attends only to its own KV stream; flash attention is off (its CPU kernel changes code
 path with the step's shape: a tiled kernel from 64 query rows, a KV split across threads once a
 batch's KV view reaches 512 cells); at most one prompt is prefilled per call (llama.cpp splits a call
@@ -86,7 +86,7 @@ def barrier_wait_environ() -> dict[str, str]:
     ggml's CPU backend meets its threads at a barrier after every op (~350 per decode call). Sleeping at
     once (`OMP_WAIT_POLICY=PASSIVE`) costs a futex wake each time, slow on a virtual machine's halted
     vCPU; spinning long (libgomp's default) burns the time slice of a partner that is not scheduled.
-    Raw 16-sequence decode on this 2-core microVM (`benchmarks.ceiling`, issue 15): quiet, 186-194
+    Raw 16-sequence decode on this 2-core microVM (`benchmarks.ceiling`): quiet, 186-194
     tokens/s spinning 2,000, 131-148 passive, 189-197 spinning 20,000; at load average 10-14, 23-34,
     29-71 and 9-17. So a host shared with other CPU-bound work sets `OMP_WAIT_POLICY=PASSIVE` (the local
     stack passes it through to its functions).

@@ -17,7 +17,8 @@ from batchinfer.backends.base import (
     TokenBackend,
 )
 from batchinfer.backends.registry import ModelRegistry
-from batchinfer.wire.kserve import InferError, ModelLimits, infer_response, parse_infer_request
+from batchinfer.wire.kserve import InferError, infer_response, parse_infer_request
+from batchinfer.wire.tokens import ModelLimits
 
 __all__ = ["TokenRequests", "infer", "infer_batch_body", "model_limits", "token_backend"]
 

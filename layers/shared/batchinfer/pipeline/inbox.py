@@ -51,7 +51,7 @@ def start_from_record(record: S3EventRecord) -> str | None:
     version = obj.version_id or ":".join(part for part in (obj.etag, obj.get("sequencer")) if part)
     batch_id = ids.batch_id_for_object(bucket, key, version)
     limits = accounts.batch_limits(accounts.get_account(settings.inbox_account_id))
-    intake.create_batch(
+    new = intake.NewBatch(
         batch_id=batch_id,
         account_id=settings.inbox_account_id,
         input_file_id=f"s3://{bucket}/{key}",
@@ -66,6 +66,6 @@ def start_from_record(record: S3EventRecord) -> str | None:
         output_prefix=outbox_prefix(key),
         max_active=limits.max_active,
         max_per_minute=limits.max_per_minute,
-        refuse="fail",
     )
+    intake.create_batch(new, refuse="fail")
     return batch_id

@@ -2,8 +2,9 @@
 
 - `jsonl`: splitting a byte stream into numbered physical lines.
 - `file`: `FileValidator`, the per-line checks and file limits, and the `RequestLine`s it yields.
-- `errors`: `ErrorCode` and `LineError`, what a failed batch reports in `errors.data[]`.
-- `endpoints`: the batch endpoints, url matching, and each endpoint's body checks.
+- `envelope`: the request envelope of a line and its errors.
+- `sniff`: what an input file is when it is not JSON Lines at all, and why a line is not JSON.
 - `seen_ids`: `SeenIds`, exact duplicate detection of `custom_id`s in bounded memory.
 
-Imports `batchinfer.core` and `batchinfer.wire`."""
+What a line's url and body must be is its endpoint's (`batchinfer.endpoints`); the errors are
+`batchinfer.wire.line_errors`. Imports `batchinfer.core`, `wire` and `endpoints`."""

@@ -3,13 +3,13 @@
 The file format and error codes follow the OpenAI Batch API
 (https://platform.openai.com/docs/api-reference/batch/request-input and the `errors.data[]` entries
 of the Batch object): every non-blank line is `{"custom_id", "method": "POST", "url", "body"}`.
-Problems are reported as `LineError`s `{code, message, param, line}` (`validation.errors`), where
+Problems are reported as `LineError`s `{code, message, param, line}` (`wire.line_errors`), where
 `line` is the 1-based physical line (blank lines count) and `param` the dotted path of the offending
 field.
 
 What is checked here, and what is not:
 - Checked: UTF-8, JSON (`wire.strict_json`), the request envelope, unique `custom_id`s
-  (`validation.seen_ids`), the url and the request body of the endpoint (`validation.endpoints`),
+  (`validation.seen_ids`), the url and the request body of the endpoint (`batchinfer.endpoints`),
   one known model per file, and the file limits.
 - Not checked (the worker answers these per line at run time, without failing the file): a prompt
   longer than the model's context, lone surrogate escapes (`"\\ud800"`) and NUL characters
@@ -25,20 +25,27 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-from batchinfer.validation.endpoints import ENDPOINTS, OTHER_OPENAI_URLS, find_endpoint, url_hint
-from batchinfer.validation.errors import ErrorCode, LineError, line_errors
+from batchinfer.endpoints.registry import OTHER_OPENAI_URLS, endpoint_for, find_endpoint, url_hint
+from batchinfer.validation.envelope import envelope_errors, plain_envelope
 from batchinfer.validation.jsonl import PhysicalLine, iter_physical_lines
 from batchinfer.validation.seen_ids import SeenIds
+from batchinfer.validation.sniff import (
+    TOO_DEEP,
+    containers,
+    foreign_encoding,
+    has_long_number,
+    json_reason,
+    jsonl_format_problem,
+    starts_array_of_objects,
+)
 from batchinfer.wire import strict_json
-from batchinfer.wire.chat import NonEmptyStr, plain_chat_body
+from batchinfer.wire.line_errors import ErrorCode, LineError
 from batchinfer.wire.messages import json_type, quote, unknown_model
-from batchinfer.wire.openai import CHAT_ENDPOINT
-from batchinfer.wire.strict_json import MAX_JSON_DEPTH, JsonError, JsonErrorKind, nested_deeper_than
+from batchinfer.wire.strict_json import MAX_JSON_DEPTH, JsonError, nested_deeper_than
 
 __all__ = ["ErrorCode", "FileValidator", "LineError", "RequestLine", "jsonl_format_problem"]
 
@@ -60,147 +67,7 @@ class RequestLine(NamedTuple):
 
 
 # --------------------------------------------------------------------------------------------------
-# The request envelope
-
-
-class _Envelope(BaseModel):
-    """A request line of the OpenAI batch input format; unknown top-level keys are ignored."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-    custom_id: NonEmptyStr
-    method: Literal["POST"]
-    url: str
-    body: dict[str, Any]
-
-
-_ENVELOPE_EXPECTED = {
-    "custom_id": "a non-empty string",
-    "method": '"POST"',
-    "url": f'a string such as "{CHAT_ENDPOINT}"',
-    "body": "a JSON object",
-}
-
-
-# --------------------------------------------------------------------------------------------------
 # The file
-
-
-# orjson parses a line ~4x faster than `strict_json` (Python's `json`), and whatever it accepts
-# `strict_json` parses to the same value, except integers beyond 64 bits (orjson makes them floats):
-# lines with 19 digits in a row go to `strict_json`. Whatever orjson rejects (NaN, 1e400, lone
-# surrogates, bad UTF-8, a BOM, ...) also goes to `strict_json`, which accepts it or explains the error.
-_DIGITS_ONLY = bytes(
-    0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256)
-)  # digits to "0", the rest to " "
-
-
-def _containers(data: bytes) -> int:
-    """An upper bound of the nesting depth of the JSON text `data`: its count of `[` and `{` bytes."""
-    return data.count(b"[") + data.count(b"{")
-
-
-_TOO_DEEP = f"it is {strict_json.TOO_DEEP}"
-
-
-def _json_reason(error: JsonError) -> str:
-    """Why a line is not JSON, in the words these messages have always used."""
-    if error.kind is JsonErrorKind.SYNTAX:
-        return f"{error.msg} at column {error.colno}"
-    if error.kind is JsonErrorKind.NOT_A_NUMBER:
-        return f"{error.token} is not valid JSON (RFC 8259 has no NaN or Infinity)"
-    if error.kind is JsonErrorKind.TOO_DEEP:
-        return _TOO_DEEP
-    return error.msg
-
-
-def _has_long_number(data: bytes) -> bool:
-    return b"0000000000000000000" in data.translate(_DIGITS_ONLY)
-
-
-# The fields `_plain_envelope` checks: every field of `_Envelope` (tests/unit/validation/test_fast_path.py).
-_PLAIN_ENVELOPE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
-
-
-def _plain_envelope(obj: dict[str, Any]) -> bool:
-    """True only for a line that `_Envelope` accepts (False says nothing)."""
-    custom_id, method = obj.get("custom_id"), obj.get("method")
-    return (
-        type(custom_id) is str
-        and custom_id != ""
-        and type(method) is str
-        and method == "POST"
-        and type(obj.get("url")) is str
-        and type(obj.get("body")) is dict
-    )
-
-
-def _foreign_encoding(data: bytes) -> str | None:
-    """Why `data` (the first non-blank line) is not UTF-8 text but UTF-16/32, or None."""
-    boms = (
-        (b"\xff\xfe\x00\x00", "a UTF-32 little-endian byte order mark (FF FE 00 00)"),
-        (b"\x00\x00\xfe\xff", "a UTF-32 big-endian byte order mark (00 00 FE FF)"),
-        (b"\xff\xfe", "a UTF-16 little-endian byte order mark (FF FE)"),
-        (b"\xfe\xff", "a UTF-16 big-endian byte order mark (FE FF)"),
-    )
-    for bom, name in boms:
-        if data.startswith(bom):
-            return f"it starts with {name}"
-    if b"\x00" in data:
-        # ASCII text in UTF-16/32 interleaves NUL bytes; UTF-8 JSON never has a raw NUL.
-        return "it has NUL bytes between characters, as UTF-16 or UTF-32 text does"
-    return None
-
-
-def _starts_array_of_objects(data: bytes) -> bool:
-    """Whether a first line opens a JSON array of objects: `[` alone (an indented array) or `[{...`."""
-    head = data.strip(b" \t\r").removeprefix(b"\xef\xbb\xbf").lstrip(b" \t")
-    return head == b"[" or (head[:1] == b"[" and head[1:].lstrip(b" \t")[:1] == b"{")
-
-
-# A line's unexpected keys named in its message, at most (the rest counted): messages stay short.
-SHOWN_KEYS = 5
-# How many non-blank lines `jsonl_format_problem` looks at.
-FORMAT_CHECK_LINES = 5
-
-
-def jsonl_format_problem(content: bytes, lines: int = FORMAT_CHECK_LINES) -> str | None:
-    """Why `content` (a whole uploaded file, or its start) is not JSON Lines at all, or None.
-
-    A quick check at upload (OpenAI answers "Invalid file format for Batch API. Must be .jsonl"):
-    the file is UTF-16/32, its first non-blank line opens a JSON array of objects, or none of its
-    first `lines` non-blank lines is a JSON object. A JSON Lines file with some bad lines passes:
-    prepare reports each of those with its line number.
-    """
-    seen = 0
-    first_reason = ""
-    for number, raw in enumerate(content.split(b"\n", lines * 4), start=1):
-        data = raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw
-        if not data.strip(b" \t\r"):
-            continue
-        if seen == 0:
-            if reason := _foreign_encoding(data):
-                return f"the file is not UTF-8: {reason}. Save it as UTF-8 JSON Lines."
-            if _starts_array_of_objects(data):
-                return (
-                    "it is a JSON array; this must be JSON Lines (one request object per line), "
-                    "without [ ] or commas."
-                )
-        seen += 1
-        try:
-            if type(orjson.loads(data)) is dict:
-                return None
-            first_reason = first_reason or f"line {number} is not a JSON object"
-        except orjson.JSONDecodeError:
-            first_reason = first_reason or f"line {number} is not valid JSON"
-        if seen == lines:
-            break
-    if seen == 0:
-        return None  # empty: prepare says so (`empty_file`)
-    return (
-        f"none of its first {seen} line(s) is a JSON object ({first_reason}); this must be JSON Lines "
-        "(one request object per line)."
-    )
 
 
 class FileValidator:
@@ -226,8 +93,8 @@ class FileValidator:
     `max_line_bytes` per line (`line_too_large`). Memory does not grow with the file: the seen
     `custom_id`s are a `SeenIds` sized by `max_requests`.
 
-    Raises `ValueError` for an `endpoint` that is not in `ENDPOINTS` (a template such as
-    "/v2/models/{model}/infer" or a url it matches).
+    Raises `ValueError` for an `endpoint` that is not served (`batchinfer.endpoints.registry`: a
+    template such as "/v2/models/{model}/infer" or a url it matches).
     """
 
     def __init__(
@@ -241,11 +108,8 @@ class FileValidator:
         model_names: Iterable[str] = (),
         max_error_bytes: int = 100 * 1024,
     ) -> None:
-        found = ENDPOINTS.get(endpoint) or (find_endpoint(endpoint) or (None,))[0]
-        if found is None:
-            raise ValueError(f"unsupported batch endpoint {endpoint!r}; supported: {', '.join(ENDPOINTS)}")
         self.endpoint = endpoint
-        self._endpoint = found
+        self._endpoint = found = endpoint_for(endpoint)
         self.is_known_model = is_known_model
         self.model_names = list(model_names)
         self.max_requests = max_requests
@@ -262,7 +126,7 @@ class FileValidator:
         self._model_line = 0
         self._model_known: bool | None = None
         self._seen = SeenIds(max_requests)
-        self._plain_chat = found.template == CHAT_ENDPOINT  # `_feed_plain` knows chat bodies only
+        self._plain_body = found.plain_body  # `_feed_plain` needs the endpoint's fast body check
         self._url: str | None = None  # the last url that matched the endpoint, and its match
         self._url_match: re.Match[str] | None = None
         self._last_line = 0
@@ -304,38 +168,15 @@ class FileValidator:
             return None
         n = line.number
         if line.too_long:
-            self._count_request(n, counted=False)
-            self._add(
-                ErrorCode.LINE_TOO_LARGE,
-                f"Line {n} is {line.size} bytes long; the limit is {self.max_line_bytes} bytes per line.",
-                line=n,
-            )
+            self._line_too_long(n, line.size)
             return None
         if line.data[:1] != b"{" and not line.data.strip(b" \t\r"):
             return None
         self.request_count += 1
         if self.request_count > self.max_requests:
             self._count_request(n)
-        if not self._sniffed:
-            self._sniffed = True
-            if reason := _foreign_encoding(line.data):
-                self._not_utf8 = True
-                self._add(
-                    ErrorCode.INVALID_ENCODING,
-                    f"Line {n}: the file is not UTF-8, {reason}. Save it as UTF-8 JSON Lines.",
-                    line=n,
-                )
-                return None
-            if _starts_array_of_objects(line.data):
-                self._not_jsonl = True
-                self._add(
-                    ErrorCode.INVALID_JSON_LINE,
-                    f"Line {n} starts a JSON array: this must be JSON Lines (one request object per "
-                    "line), not a JSON array. Write each request object on a line of its own, without "
-                    "[ ] or commas.",
-                    line=n,
-                )
-                return None
+        if not self._sniffed and not self._sniff(line):
+            return None
         obj = self._parse(line)
         if obj is None:
             return None
@@ -364,39 +205,73 @@ class FileValidator:
             return None
         return RequestLine(line=n, custom_id=custom_id, method=obj["method"], url=url, body=body, model=model)
 
+    def _line_too_long(self, n: int, size: int) -> None:
+        self._count_request(n, counted=False)
+        self._add(
+            ErrorCode.LINE_TOO_LARGE,
+            f"Line {n} is {size} bytes long; the limit is {self.max_line_bytes} bytes per line.",
+            line=n,
+        )
+
+    def _sniff(self, line: PhysicalLine) -> bool:
+        """Whether the file's first non-blank `line` may start JSON Lines; False after recording why
+        not (UTF-16/32, or a JSON array): its later lines are then not examined."""
+        self._sniffed = True
+        n = line.number
+        if reason := foreign_encoding(line.data):
+            self._not_utf8 = True
+            self._add(
+                ErrorCode.INVALID_ENCODING,
+                f"Line {n}: the file is not UTF-8, {reason}. Save it as UTF-8 JSON Lines.",
+                line=n,
+            )
+            return False
+        if starts_array_of_objects(line.data):
+            self._not_jsonl = True
+            self._add(
+                ErrorCode.INVALID_JSON_LINE,
+                f"Line {n} starts a JSON array: this must be JSON Lines (one request object per "
+                "line), not a JSON array. Write each request object on a line of its own, without "
+                "[ ] or commas.",
+                line=n,
+            )
+            return False
+        return True
+
     def _feed_plain(self, line: PhysicalLine) -> RequestLine | None:
-        """`feed` for the common line, in a fraction of the time: a plain valid chat request with a
-        new custom_id, once the file's first request set the model and url. None when the line is
-        anything else (nothing was recorded then: `feed` goes on as if this had not run)."""
+        """`feed` for the common line, in a fraction of the time: a request with a new custom_id whose
+        body passes the endpoint's `plain_body` check, once the file's first request set the model and
+        url. None when the line is anything else (nothing was recorded then: `feed` goes on as if this
+        had not run)."""
         data = line.data
         if (
-            not self._plain_chat
+            self._plain_body is None
             or self.model is None
             or not self._model_known
             or line.too_long
             or self.request_count >= self.max_requests
             or data[:1] != b"{"
-            or _has_long_number(data)
+            or has_long_number(data)
         ):
             return None
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             return None
-        if type(obj) is not dict or (_containers(data) > MAX_JSON_DEPTH and nested_deeper_than(obj)):
+        if type(obj) is not dict or (containers(data) > MAX_JSON_DEPTH and nested_deeper_than(obj)):
             return None
         get = obj.get
         custom_id, url, body = get("custom_id"), get("url"), get("body")
-        # `_plain_envelope`, inline; `url == self._url` makes it a string
+        # `plain_envelope`, inline; `url == self._url` makes it a string
         if (
             type(custom_id) is not str
             or not custom_id
             or get("method") != "POST"
             or url != self._url
             or type(body) is not dict
-            or body.get("model") != self.model
+            or self._endpoint.model_of(self._url_match, body) != self.model  # type: ignore[arg-type]
             or self._seen.maybe_seen(custom_id)
-            or not plain_chat_body(body)
+            or not self._plain_body(body)
         ):
             return None
         n = self._last_line = line.number
@@ -417,7 +292,7 @@ class FileValidator:
     def _parse(self, line: PhysicalLine) -> dict[str, Any] | None:
         """The line's JSON object, or None after recording why it is not one."""
         n = line.number
-        if not _has_long_number(line.data):
+        if not has_long_number(line.data):
             try:
                 obj = orjson.loads(line.data)
             except orjson.JSONDecodeError:
@@ -447,9 +322,7 @@ class FileValidator:
         try:
             obj = strict_json.loads(text)
         except JsonError as exc:
-            self._add(
-                ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {_json_reason(exc)}.", line=n
-            )
+            self._add(ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {json_reason(exc)}.", line=n)
             return None
         if not isinstance(obj, dict):
             self._add(
@@ -464,10 +337,10 @@ class FileValidator:
     def _shallow(self, obj: Any, line: PhysicalLine) -> bool:
         """False after recording `invalid_json_line` when `obj` nests deeper than `MAX_JSON_DEPTH`
         (checks further down recurse over the value, and would hit Python's recursion limit)."""
-        if _containers(line.data) <= MAX_JSON_DEPTH or not nested_deeper_than(obj):
+        if containers(line.data) <= MAX_JSON_DEPTH or not nested_deeper_than(obj):
             return True
         n = line.number
-        self._add(ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {_TOO_DEEP}.", line=n)
+        self._add(ErrorCode.INVALID_JSON_LINE, f"Line {n} is not valid JSON: {TOO_DEEP}.", line=n)
         return False
 
     def _check_envelope(self, obj: dict[str, Any], n: int) -> str | None:
@@ -490,24 +363,8 @@ class FileValidator:
                 )
             elif self.request_count <= self.max_requests:  # past the limit the file fails anyway
                 self._seen.add(custom_id, n)
-        try:
-            if not _plain_envelope(obj):
-                _Envelope.model_validate(obj)
-        except ValidationError as exc:
-            for error in line_errors(exc, n, "", _ENVELOPE_EXPECTED):
-                if (
-                    error.param == "body"
-                    and "body" not in obj
-                    and (other := set(obj) - set(_ENVELOPE_EXPECTED))
-                ):
-                    named = sorted(other)
-                    keys = ", ".join(quote(k) for k in named[:SHOWN_KEYS])
-                    if len(named) > SHOWN_KEYS:
-                        keys += f" and {len(named) - SHOWN_KEYS:,} more"
-                    error = error.model_copy(
-                        update={"message": f"{error.message[:-1]} (the line has {keys})."}
-                    )
-                errors.append(error)
+        if not plain_envelope(obj):
+            errors += envelope_errors(obj, n)
         if errors:
             self._add_all(errors)
             return None

@@ -1,10 +1,10 @@
-"""The OpenAI chat completions request (`POST /v1/chat/completions`), the one schema of it.
+"""The OpenAI chat completions request and response (`POST /v1/chat/completions`), one schema of each.
 
 Fields, types and ranges from OpenAI's API reference
 (https://platform.openai.com/docs/api-reference/chat/create). It is read two ways:
 
 - `ChatCompletionBody`, strict: what a batch line's body must be for the batch to run (`prepare`
-  checks every line against it; see `batchinfer.validation.endpoints`). Strict types: `true` is not
+  checks every line against it; see `batchinfer.endpoints.chat`). Strict types: `true` is not
   an integer, `1.5` and `"10"` are not a `max_tokens`; `null` means "not given". Unknown fields pass
   through, as OpenAI allows. `stream` must not be true (a batch has nowhere to stream to), `n` must
   be 1 (one result line per request), `stop` is a string or up to 4 strings, `content` a string or
@@ -15,10 +15,12 @@ Fields, types and ranges from OpenAI's API reference
   `presence_penalty`/`frequency_penalty`, `response_format` `text`/`json_object`; `n` other than 1,
   `logprobs`, `tools` and `functions` are rejected. Its errors are OpenAI's (`invalid_value`,
   `missing_required_parameter`, `unsupported_value`, `unsupported_parameter`, all 400).
+- `ChatCompletionResponse`: the `chat.completion` object the backends answer with.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -38,9 +40,13 @@ __all__ = [
     "PLAIN_MESSAGE_FIELDS",
     "RULES",
     "ChatCompletionBody",
+    "ChatCompletionChoice",
+    "ChatCompletionMessage",
+    "ChatCompletionResponse",
     "ChatMessage",
     "ChatRequest",
     "ChatRequestError",
+    "CompletionUsage",
     "NonEmptyStr",
     "TextMessage",
     "plain_chat_body",
@@ -304,3 +310,77 @@ def read_chat_request(body: dict[str, Any]) -> ChatRequest:
                 f"'{name}' are not supported by this model.", "unsupported_parameter", name
             )
     return request
+
+
+# ---- The response: what a backend answers (OpenAI's `chat.completion` object).
+
+
+class ChatCompletionMessage(BaseModel):
+    """The assistant's message of a choice (text only: `refusal` is always null here)."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str
+    refusal: str | None = None
+
+
+class ChatCompletionChoice(BaseModel):
+    """One choice: its `index`, `message` and why generation stopped (`stop`, `length`,
+    `content_filter`); `logprobs` are never returned."""
+
+    index: int = 0
+    message: ChatCompletionMessage
+    logprobs: None = None
+    finish_reason: str
+
+
+class CompletionUsage(BaseModel):
+    """Tokens of one completion; `total_tokens` is their sum."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
+        """The usage of `prompt_tokens` in and `completion_tokens` out."""
+        return cls(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+
+
+class ChatCompletionResponse(BaseModel):
+    """A `chat.completion` object as OpenAI serves it (`model_dump()` gives its JSON, every field
+    present, in OpenAI's order); `created` is the Unix time it was made."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: CompletionUsage
+    system_fingerprint: str | None = None
+
+    @classmethod
+    def answer(
+        cls,
+        *,
+        id: str,
+        model: str,
+        content: str,
+        finish_reason: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> ChatCompletionResponse:
+        """The completion of one text answer: a single assistant choice and its usage."""
+        return cls(
+            id=id,
+            model=model,
+            choices=[
+                ChatCompletionChoice(
+                    message=ChatCompletionMessage(content=content), finish_reason=finish_reason
+                )
+            ],
+            usage=CompletionUsage.of(prompt_tokens, completion_tokens),
+        )

@@ -24,23 +24,33 @@ Example::
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from batchinfer.wire import strict_json
 from batchinfer.wire.messages import describe, loc_path
+from batchinfer.wire.rules import Words, rules
 from batchinfer.wire.strict_json import JsonErrorKind
+from batchinfer.wire.tokens import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_TIMEOUT_S,
+    PROMPT_TOKENS_CAP,
+    ModelLimits,
+    SamplingParams,
+    TokenRequest,
+    TokenResult,
+)
 
 __all__ = [
     "DATATYPE",
     "INPUT_NAME",
     "InferError",
     "InferRequestBody",
+    "InferResponse",
+    "InferResponseOutput",
     "ModelLimits",
     "SamplingParams",
     "TokenRequest",
@@ -53,17 +63,11 @@ __all__ = [
 UINT32_MAX = 2**32 - 1
 INT32_MAX = 2**31 - 1
 UINT64_MAX = 2**64 - 1
-# MindIE: a prompt never exceeds 1M tokens, whatever the configuration says.
-PROMPT_TOKENS_CAP = 1024 * 1024
 INPUT_NAME = "input0"  # MindIE: the one input is named "input0"
 OUTPUT_NAME = "output0"
 DATATYPE = "UINT32"
 MIN_TEMPERATURE = 1e-6
 MIN_TOP_P = 1e-6
-DEFAULT_TOP_K = 1000  # when the model's generation config has none
-DEFAULT_MAX_NEW_TOKENS = 20
-DEFAULT_PRIORITY = 5
-DEFAULT_TIMEOUT_S = 600
 MAX_TIMEOUT_S = 3600
 MAX_NAME_CHARS = 256
 
@@ -108,18 +112,21 @@ class _Strict(BaseModel):
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
 RequestId = Annotated[
-    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+$")
+    str,
+    StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+$"),
+    Words("{rule}, each one of A-Z, a-z, 0-9, '_' and '-'"),
 ]
-Uint32 = Annotated[int, Field(ge=0, le=UINT32_MAX)]
+Uint32 = Annotated[int, Field(ge=0, le=UINT32_MAX), Words(f"a {DATATYPE} token id, {{rule}}")]
 
 
 class InferInput(_Strict):
-    """One input tensor: `name`, `shape` `[n]` or `[1, n]`, `datatype` "UINT32", `data` token ids."""
+    """One input tensor: `name`, `shape` `[n]` or `[1, n]`, `datatype` "UINT32", `data` token ids.
+    The shape against the data and the name "input0" are checked after parsing (`parse_infer_request`)."""
 
-    name: Name
-    shape: list[int]
-    datatype: Literal["UINT32"]
-    data: list[Uint32]
+    name: Annotated[Name, Words(f'{{rule}}, "{INPUT_NAME}"')]
+    shape: Annotated[list[int], Words("[n] or [1, n], where n is the number of token ids in data")]
+    datatype: Annotated[Literal["UINT32"], Words("{rule} (token ids)")]
+    data: Annotated[list[Uint32], Words("{rule} of token ids")]
     parameters: dict[str, Any] | None = None  # KServe allows per-tensor parameters; none are used
 
 
@@ -137,8 +144,8 @@ class InferParameters(_Strict):
     top_k: Annotated[int, Field(gt=0, le=INT32_MAX)] | None = None
     top_p: Annotated[float, Field(gt=MIN_TOP_P, le=1.0, allow_inf_nan=False)] | None = None
     do_sample: bool | None = None
-    seed: Annotated[int, Field(gt=0, le=UINT64_MAX)] | None = None
-    repetition_penalty: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
+    seed: Annotated[int, Field(gt=0, le=UINT64_MAX), Words("{rule} or null")] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     max_new_tokens: Annotated[int, Field(gt=0, le=INT32_MAX)] | None = None
     # Accepted for compatibility, not supported: no watermark is applied to the generated tokens.
     watermark: bool | None = None
@@ -146,154 +153,65 @@ class InferParameters(_Strict):
     details: Any = None
     batch_size: Any = None
     priority: Annotated[int, Field(ge=1, le=5)] | None = None
-    timeout: Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S)] | None = None
+    timeout: (
+        Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S), Words("an integer number of seconds in {interval}")]
+        | None
+    ) = None
+
+    def sampling(self, limits: ModelLimits) -> SamplingParams:
+        """The resolved parameters: those given (null is not given), the model's `default_top_k`, and
+        `SamplingParams`' defaults (MindIE's) for the rest; sampling is on when temperature, top_k or
+        top_p is given (else greedy). A top_k at or above `limits.vocab_size` means all of it, and
+        `limits.max_iter_times` caps max_new_tokens (MindIE)."""
+        given = self.model_dump(include=_SAMPLING_FIELDS, exclude_none=True)
+        given.setdefault("do_sample", bool({"temperature", "top_k", "top_p"} & set(given)))
+        given.setdefault("top_k", limits.default_top_k)
+        if limits.vocab_size is not None:
+            given["top_k"] = min(given["top_k"], limits.vocab_size)
+        if limits.max_iter_times is not None:
+            given["max_new_tokens"] = min(
+                given.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), limits.max_iter_times
+            )
+        timeout = float(given.pop("timeout", DEFAULT_TIMEOUT_S))
+        return SamplingParams(**given, timeout=timeout)
+
+
+# The parameters that `InferParameters.sampling` takes as given.
+_SAMPLING_FIELDS = frozenset(
+    {
+        "do_sample",
+        "temperature",
+        "top_k",
+        "top_p",
+        "seed",
+        "repetition_penalty",
+        "max_new_tokens",
+        "priority",
+        "timeout",
+    }
+)
 
 
 class InferRequestBody(_Strict):
     """A token inference request body; unknown fields are rejected at every level."""
 
     id: RequestId | None = None
-    inputs: Annotated[list[InferInput], Field(min_length=1, max_length=1)]
-    outputs: Annotated[list[InferOutput], Field(min_length=1, max_length=1)]
+    inputs: Annotated[list[InferInput], Field(min_length=1, max_length=1), Words("{rule} input tensor")]
+    outputs: Annotated[
+        list[InferOutput], Field(min_length=1, max_length=1), Words("{rule} output, as many as inputs")
+    ]
     parameters: InferParameters | None = None
 
 
-# What each field must be, for messages: the key is the path with indices elided (`inputs[].name`).
-RULES: dict[str, str] = {
-    "": "a JSON object",
-    "id": f"a string of 1 to {MAX_NAME_CHARS} characters, each one of A-Z, a-z, 0-9, '_' and '-'",
-    "inputs": "an array of exactly 1 input tensor",
-    "inputs[]": "an object with name, shape, datatype and data",
-    "inputs[].name": f'a string of 1 to {MAX_NAME_CHARS} characters, "{INPUT_NAME}"',
-    "inputs[].shape": "[n] or [1, n], where n is the number of token ids in data",
-    "inputs[].shape[]": "an integer",
-    "inputs[].datatype": f'"{DATATYPE}" (token ids)',
-    "inputs[].data": "an array of token ids",
-    "inputs[].data[]": f"a {DATATYPE} token id, an integer in [0, {UINT32_MAX}]",
-    "inputs[].parameters": "an object",
-    "outputs": "an array of exactly 1 output, as many as inputs",
-    "outputs[]": "an object with a name",
-    "outputs[].name": f"a string of 1 to {MAX_NAME_CHARS} characters",
-    "outputs[].parameters": "an object",
-    "parameters": "an object",
-    "parameters.temperature": f"a number greater than {MIN_TEMPERATURE:g}",
-    "parameters.top_k": f"an integer in (0, {INT32_MAX}]",
-    "parameters.top_p": f"a number in ({MIN_TOP_P:g}, 1.0]",
-    "parameters.do_sample": "a boolean",
-    "parameters.seed": f"an integer in (0, {UINT64_MAX}] or null",
-    "parameters.repetition_penalty": "a number greater than 0",
-    "parameters.max_new_tokens": f"an integer in (0, {INT32_MAX}]",
-    "parameters.watermark": "a boolean",
-    "parameters.priority": "an integer in [1, 5]",
-    "parameters.timeout": f"an integer number of seconds in (0, {MAX_TIMEOUT_S}]",
-}
+# What each field must be, for messages (from the models: `wire.rules`); the key is the path with
+# indices elided (`inputs[].name`).
+RULES: dict[str, str] = {"": "a JSON object", **rules(InferRequestBody)}
 _FIELDS: dict[str, type[BaseModel]] = {
     "": InferRequestBody,
     "inputs[]": InferInput,
     "outputs[]": InferOutput,
     "parameters": InferParameters,
 }
-
-
-# --------------------------------------------------------------------------------------------------
-# Model-dependent limits, parsed requests and results
-
-
-@dataclass(frozen=True, slots=True)
-class ModelLimits:
-    """What a model accepts, from its configuration and its own metadata (None: not checked here,
-    e.g. by a client forwarding to a remote server that checks it).
-
-    `vocab_size`: token ids are in [0, vocab_size). `max_seq_len`: prompt + generated tokens (the
-    context). `max_position_embeddings`: the trained context. `max_input_tokens`: a configured cap on
-    prompts. `max_iter_times`: a configured cap on `max_new_tokens`. `default_top_k`: from the model's
-    generation config, else 1000.
-    """
-
-    vocab_size: int | None = None
-    max_seq_len: int | None = None
-    max_position_embeddings: int | None = None
-    max_input_tokens: int | None = None
-    max_iter_times: int | None = None
-    default_top_k: int = DEFAULT_TOP_K
-
-    @property
-    def max_prompt_tokens(self) -> int:
-        """The longest prompt in tokens: min(1024*1024, max_input_tokens, max_seq_len - 1,
-        max_position_embeddings), ignoring the unknown ones (MindIE's rule)."""
-        bounds = [PROMPT_TOKENS_CAP, self.max_input_tokens, self.max_position_embeddings]
-        if self.max_seq_len is not None:
-            bounds.append(self.max_seq_len - 1)
-        return min(b for b in bounds if b is not None)
-
-    def describe_prompt_limit(self) -> str:
-        """Where `max_prompt_tokens` comes from, for messages."""
-        parts = [f"{PROMPT_TOKENS_CAP}"]
-        if self.max_input_tokens is not None:
-            parts.append(f"max_input_tokens {self.max_input_tokens}")
-        if self.max_seq_len is not None:
-            parts.append(f"max_seq_len - 1 = {self.max_seq_len - 1}")
-        if self.max_position_embeddings is not None:
-            parts.append(f"max_position_embeddings {self.max_position_embeddings}")
-        if len(parts) == 1:
-            return f"the cap of {PROMPT_TOKENS_CAP} tokens"
-        return "the least of " + ", ".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """Resolved generation parameters (defaults applied, caps enforced).
-
-    `do_sample` False is greedy decoding (temperature/top_k/top_p unused). `seed` None draws a random
-    seed. `max_new_tokens` is already capped by `max_iter_times`. `priority` 1 is served first;
-    `timeout` is in seconds, counted from submission, waiting included.
-    """
-
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = DEFAULT_TOP_K
-    top_p: float = 1.0
-    seed: int | None = None
-    repetition_penalty: float = 1.0
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    priority: int = DEFAULT_PRIORITY
-    timeout: float = DEFAULT_TIMEOUT_S
-
-    def as_parameters(self) -> dict[str, Any]:
-        """The KServe `parameters` object stating every value explicitly (for forwarding)."""
-        params: dict[str, Any] = {
-            "do_sample": self.do_sample,
-            "temperature": self.temperature,
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "repetition_penalty": self.repetition_penalty,
-            "max_new_tokens": self.max_new_tokens,
-            "priority": self.priority,
-            "timeout": math.ceil(self.timeout),
-        }
-        if self.seed is not None:
-            params["seed"] = self.seed
-        return params
-
-
-@dataclass(frozen=True, slots=True)
-class TokenRequest:
-    """A valid token request: its `id` (given or generated), the prompt `input_ids`, the name of the
-    requested output and the resolved sampling `params`."""
-
-    id: str
-    input_ids: list[int]
-    output_name: str
-    params: SamplingParams
-
-
-@dataclass(frozen=True, slots=True)
-class TokenResult:
-    """Generated token ids; `finish_reason` is `stop` (an end-of-generation token, included as the last
-    id) or `length` (max_new_tokens or the context ran out)."""
-
-    ids: list[int]
-    finish_reason: Literal["stop", "length"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -378,6 +296,20 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
 
     Raises `InferError(400, message, param=path)`; the message names the field and what it must be.
     """
+    parsed = _validated(body)
+    tensor = parsed.inputs[0]
+    _check_shape(tensor.shape, len(tensor.data))
+    _check_tokens(tensor, limits)
+    params = (parsed.parameters or InferParameters()).sampling(limits or ModelLimits())
+    request_id = parsed.id if parsed.id is not None else uuid.uuid4().hex
+    return TokenRequest(
+        id=request_id, input_ids=list(tensor.data), output_name=parsed.outputs[0].name, params=params
+    )
+
+
+def _validated(body: Any) -> InferRequestBody:
+    """`body` as an `InferRequestBody`; raises `InferError(400)` naming the first problem (a NaN or
+    Infinity literal first, wherever it is)."""
     if not isinstance(body, dict):
         raise InferError(400, f"the request body must be a JSON object, got {_describe(body)}")
     if (found := _find_non_finite(body)) is not None:
@@ -391,15 +323,17 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
             param=path,
         )
     try:
-        parsed = InferRequestBody.model_validate(body)
+        return InferRequestBody.model_validate(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         message, path = _message(first)
         raise InferError(400, message, param=path, missing=first["type"] == "missing") from None
 
-    tensor = parsed.inputs[0]
+
+def _check_tokens(tensor: InferInput, limits: ModelLimits | None) -> None:
+    """The prompt's length (at most the model's limit, else the 1M cap), the input's name, and with
+    `limits` each id within the vocabulary; raises `InferError(400)`."""
     n = len(tensor.data)
-    _check_shape(tensor.shape, n)
     max_n = limits.max_prompt_tokens if limits is not None else PROMPT_TOKENS_CAP
     if not 0 < n <= max_n:
         where = f" ({limits.describe_prompt_limit()})" if limits is not None else ""
@@ -424,11 +358,6 @@ def parse_infer_request(body: Any, limits: ModelLimits | None = None) -> TokenRe
                     f"an integer in [0, {limits.vocab_size}), got integer {token}",
                     param=f"inputs[0].data[{index}]",
                 )
-    params = _resolve(parsed.parameters or InferParameters(), limits or ModelLimits())
-    request_id = parsed.id if parsed.id is not None else uuid.uuid4().hex
-    return TokenRequest(
-        id=request_id, input_ids=list(tensor.data), output_name=parsed.outputs[0].name, params=params
-    )
 
 
 def _check_shape(shape: list[int], n: int) -> None:
@@ -462,41 +391,27 @@ def _check_shape(shape: list[int], n: int) -> None:
         )
 
 
-def _resolve(p: InferParameters, limits: ModelLimits) -> SamplingParams:
-    sampling_given = p.temperature is not None or p.top_k is not None or p.top_p is not None
-    top_k = p.top_k if p.top_k is not None else limits.default_top_k
-    if limits.vocab_size is not None:
-        top_k = min(top_k, limits.vocab_size)  # MindIE: a top_k at or above the vocabulary means all of it
-    max_new = p.max_new_tokens if p.max_new_tokens is not None else DEFAULT_MAX_NEW_TOKENS
-    if limits.max_iter_times is not None:
-        max_new = min(max_new, limits.max_iter_times)
-    return SamplingParams(
-        do_sample=p.do_sample if p.do_sample is not None else sampling_given,
-        temperature=p.temperature if p.temperature is not None else 1.0,
-        top_k=top_k,
-        top_p=p.top_p if p.top_p is not None else 1.0,
-        seed=p.seed,
-        repetition_penalty=p.repetition_penalty if p.repetition_penalty is not None else 1.0,
-        max_new_tokens=max_new,
-        priority=p.priority if p.priority is not None else DEFAULT_PRIORITY,
-        timeout=float(p.timeout if p.timeout is not None else DEFAULT_TIMEOUT_S),
-    )
+class InferResponseOutput(BaseModel):
+    """One output tensor of a response: its `name`, `shape` `[1, n]`, `datatype` "UINT32", `data`."""
+
+    name: str
+    shape: list[int]
+    datatype: Literal["UINT32"] = DATATYPE
+    data: list[int]
+
+
+class InferResponse(BaseModel):
+    """A token inference response body `{"id", "outputs": [...]}` (`model_dump()` is its JSON)."""
+
+    id: str
+    outputs: list[InferResponseOutput]
 
 
 def infer_response(request: TokenRequest, result: TokenResult) -> dict[str, Any]:
     """The response body: `{"id", "outputs": [{"name", "shape": [1, n], "datatype": "UINT32", "data"}]}`
     with the generated ids only (n of them; the prompt is not repeated)."""
-    return {
-        "id": request.id,
-        "outputs": [
-            {
-                "name": request.output_name,
-                "shape": [1, len(result.ids)],
-                "datatype": DATATYPE,
-                "data": result.ids,
-            }
-        ],
-    }
+    output = InferResponseOutput(name=request.output_name, shape=[1, len(result.ids)], data=result.ids)
+    return InferResponse(id=request.id, outputs=[output]).model_dump()
 
 
 def token_request_body(request_id: str, input_ids: list[int], params: SamplingParams) -> dict[str, Any]:

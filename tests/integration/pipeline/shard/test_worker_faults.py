@@ -65,13 +65,15 @@ def start(aws: Aws, monkeypatch: pytest.MonkeyPatch, n: int = 5, **env: str) -> 
     s3.put_bytes(aws.bucket, "files/in", "".join(chat_line(f"r{i}") + "\n" for i in range(n)).encode())
     batch_id = ids.new_batch_id()
     intake.create_batch(
-        batch_id=batch_id,
-        account_id="default",
-        input_file_id="f",
-        input_bucket=aws.bucket,
-        input_key="files/in",
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
+        intake.NewBatch(
+            batch_id=batch_id,
+            account_id="default",
+            input_file_id="f",
+            input_bucket=aws.bucket,
+            input_key="files/in",
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
     )
     aws.invoke("PrepareFunction", sqs_event(aws.messages("PrepareQueue")))
     [message] = aws.messages("ShardsQueue")

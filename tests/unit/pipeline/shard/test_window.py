@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from batchinfer.backends.base import BackendError, RequestNotStarted
+from batchinfer.endpoints.registry import endpoint_for
 from batchinfer.pipeline.shard import retry
 from batchinfer.pipeline.shard.limits import limiter_for
 from batchinfer.pipeline.shard.parts import render
@@ -16,6 +17,8 @@ from batchinfer.pipeline.shard.requests import Outcome, Request
 from batchinfer.pipeline.shard.retry import MAX_OVERLOADED_ATTEMPTS
 from batchinfer.pipeline.shard.window import Window, WindowRun, run_requests
 from batchinfer.wire.status import BatchStatus
+
+CHAT = endpoint_for("/v1/chat/completions")
 
 
 class ScriptedBackend:
@@ -60,7 +63,13 @@ def test_concurrency_is_bounded_and_order_kept() -> None:
     backend = ScriptedBackend(delay=0.01)
     outcomes = asyncio.run(
         run_requests(
-            backend, _requests(20), "batch_x", concurrency=4, time_left_ms=lambda: 10**9, reserve_ms=0
+            backend,
+            _requests(20),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=4,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
         )
     )
     assert backend.peak == 4
@@ -78,7 +87,13 @@ def test_stops_launching_near_the_time_limit() -> None:
     # When 10 requests run, with started ones waiting for a permit while others are in flight
     outcomes = asyncio.run(
         run_requests(
-            backend, _requests(10), "batch_x", concurrency=1, time_left_ms=time_left_ms, reserve_ms=1_000
+            backend,
+            _requests(10),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=1,
+            time_left_ms=time_left_ms,
+            reserve_ms=1_000,
         )
     )
 
@@ -98,7 +113,13 @@ def test_retryable_errors_are_retried_then_recorded() -> None:
     )
     outcomes = asyncio.run(
         run_requests(
-            backend, _requests(3), "batch_x", concurrency=1, time_left_ms=lambda: 10**9, reserve_ms=0
+            backend,
+            _requests(3),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=1,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
         )
     )
     assert [o.status_code for o in outcomes] == [200, 429, 400]
@@ -120,7 +141,13 @@ def test_lone_surrogate_is_a_per_line_400_and_never_reaches_the_backend() -> Non
     bad = Request(2, "e-2", {"messages": [{"role": "user", "content": "broken \ud800 here"}]})
     outcomes = asyncio.run(
         run_requests(
-            backend, [bad, *_requests(1)], "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+            backend,
+            [bad, *_requests(1)],
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=2,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
         )
     )
     assert [o.status_code for o in outcomes] == [400, 200]
@@ -156,7 +183,13 @@ def test_concurrency_adapts_to_the_backends_capacity() -> None:
     # When 100 requests run
     outcomes = asyncio.run(
         run_requests(
-            backend, _requests(100), "batch_x", concurrency=20, time_left_ms=lambda: 10**9, reserve_ms=0
+            backend,
+            _requests(100),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=20,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
         )
     )
 
@@ -185,6 +218,7 @@ def test_an_overloaded_backend_is_not_retried_once_time_runs_short() -> None:
             backend,
             _requests(1),
             "batch_x",
+            endpoint=CHAT,
             concurrency=4,
             time_left_ms=lambda: clock["left_ms"],
             reserve_ms=1_000,
@@ -214,6 +248,7 @@ def test_a_request_refused_at_a_checkpoint_is_retried_not_failed() -> None:
             backend,
             _requests(1),
             "batch_x",
+            endpoint=CHAT,
             concurrency=4,
             time_left_ms=lambda: clock["window_left_ms"],
             reserve_ms=1_000,
@@ -238,6 +273,7 @@ def test_a_window_whose_checkpoint_passed_before_its_first_launch_still_runs_its
             backend,
             _requests(3),
             "batch_x",
+            endpoint=CHAT,
             concurrency=1,
             time_left_ms=lambda: 0,
             reserve_ms=1_000,
@@ -262,7 +298,13 @@ def test_objects_alive_before_the_window_are_not_rescanned_while_requests_are_in
 
     asyncio.run(
         run_requests(
-            Watching(), _requests(2), "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+            Watching(),
+            _requests(2),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=2,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
         )
     )
 
@@ -287,7 +329,13 @@ def test_a_retry_after_is_the_limiters_wait_for_every_request() -> None:
     # When 6 requests run with 2 in flight at most
     outcomes = asyncio.run(
         run_requests(
-            backend, _requests(6), "batch_x", concurrency=2, time_left_ms=lambda: 10**9, reserve_ms=0
+            backend,
+            _requests(6),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=2,
+            time_left_ms=lambda: 10**9,
+            reserve_ms=0,
         )
     )
 
@@ -359,6 +407,7 @@ def window(backend: Any, n: int, link: Any, *, grace: float, concurrency: int = 
             backend,
             _requests(n),
             "batch_x",
+            endpoint=CHAT,
             concurrency=concurrency,
             time_left_ms=lambda: 10**9,
             reserve_ms=0,
@@ -425,7 +474,7 @@ def test_ended_fills_a_gap_before_a_later_answer_with_never_ran() -> None:
         ("c1", "batch_expired"),
         ("c2", 200),
     ]
-    data, output_bytes, counts = render("batch_x", ended)
+    data, output_bytes, counts = render("batch_x", ended, CHAT)
     assert counts == {"completed": 1, "failed": 2, "input_tokens": 0, "output_tokens": 0}
     assert [json.loads(line)["error"] for line in data[output_bytes:].splitlines()] == [
         {"code": "batch_expired", "message": "The batch expired before this request ran."}
@@ -449,7 +498,13 @@ def test_requests_waiting_for_the_model_do_not_outlive_the_reserve() -> None:
             return int((ends_at - loop.time()) * 1000)
 
         outcomes = await run_requests(
-            backend, _requests(10), "batch_x", concurrency=10, time_left_ms=time_left_ms, reserve_ms=500
+            backend,
+            _requests(10),
+            "batch_x",
+            endpoint=CHAT,
+            concurrency=10,
+            time_left_ms=time_left_ms,
+            reserve_ms=500,
         )
         loop_time.append(1.3 - (ends_at - loop.time()))
         return outcomes

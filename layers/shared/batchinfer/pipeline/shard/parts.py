@@ -10,23 +10,26 @@ from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
 from batchinfer.data import s3
 from batchinfer.data.items import ResultPart
+from batchinfer.endpoints.base import Endpoint
 from batchinfer.pipeline.shard.requests import COUNTS, Outcome, Request
 from batchinfer.wire.openai import result_line_bytes
 
 
-def tally(counts: dict[str, int], outcome: Outcome) -> None:
-    """Add one outcome to `counts` `{completed, failed, input_tokens, output_tokens}`."""
+def tally(counts: dict[str, int], outcome: Outcome, endpoint: Endpoint) -> None:
+    """Add one outcome to `counts` `{completed, failed, input_tokens, output_tokens}`, its tokens as
+    the batch's `endpoint` counts them."""
     if outcome.ok:
-        usage = (outcome.body or {}).get("usage") or {}
+        usage = endpoint.usage(outcome.body or {})
         counts["completed"] += 1
-        counts["input_tokens"] += int(usage.get("prompt_tokens") or 0)
-        counts["output_tokens"] += int(usage.get("completion_tokens") or 0)
+        counts["input_tokens"] += usage.input_tokens
+        counts["output_tokens"] += usage.output_tokens
     else:
         counts["failed"] += 1
 
 
-def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str, int]]:
-    """Result lines: successes first, then failures, each in input order.
+def render(batch_id: str, outcomes: list[Outcome], endpoint: Endpoint) -> tuple[bytes, int, dict[str, int]]:
+    """Result lines: successes first, then failures, each in input order; tokens counted by the
+    batch's `endpoint`.
 
     Returns (bytes, length of the success part, counts `{completed, failed, input_tokens, output_tokens}`).
     """
@@ -45,7 +48,7 @@ def render(batch_id: str, outcomes: list[Outcome]) -> tuple[bytes, int, dict[str
             good += encoded
         else:
             bad += encoded
-        tally(counts, outcome)
+        tally(counts, outcome, endpoint)
     return bytes(good + bad), len(good), counts
 
 

@@ -17,6 +17,7 @@ from batchinfer.backends.base import BackendError, ChatBackend, RequestNotStarte
 from batchinfer.backends.limiter import AdaptiveLimiter
 from batchinfer.core import ids
 from batchinfer.core.observability import logger
+from batchinfer.endpoints.base import Endpoint
 from batchinfer.pipeline.shard.limits import (
     Latency,
     Limited,
@@ -63,6 +64,7 @@ async def run_requests(
     requests: list[Request],
     batch_id: str,
     *,
+    endpoint: Endpoint,
     concurrency: int,
     time_left_ms: Callable[[], int],
     reserve_ms: int,
@@ -70,7 +72,13 @@ async def run_requests(
     """Run requests, launched in input order, at most `concurrency` in flight (`WindowRun` without a
     link to the batch): the outcomes of the prefix of `requests` that finished, in input order."""
     window = await WindowRun(
-        backend, requests, batch_id, concurrency=concurrency, time_left_ms=time_left_ms, reserve_ms=reserve_ms
+        backend,
+        requests,
+        batch_id,
+        endpoint=endpoint,
+        concurrency=concurrency,
+        time_left_ms=time_left_ms,
+        reserve_ms=reserve_ms,
     ).run()
     return window.prefix()
 
@@ -113,6 +121,7 @@ class WindowRun:
     requests: list[Request]
     batch_id: str
     _: KW_ONLY
+    endpoint: Endpoint
     concurrency: int
     time_left_ms: Callable[[], int]
     reserve_ms: int
@@ -209,7 +218,7 @@ class WindowRun:
                 request_id,
             )
         self.outcomes[index] = outcome
-        tally(self.finished, outcome)
+        tally(self.finished, outcome, self.endpoint)
 
     async def _guard(self) -> None:
         backend, withdrawn = self.backend, False

@@ -21,14 +21,13 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import batches, inflight, keys, s3, shards, sqs
 from batchinfer.data.items import BatchHeader, ResultPart, Shard
 from batchinfer.data.table import now
-from batchinfer.infer.service import TokenRequests
+from batchinfer.endpoints.registry import endpoint_for
 from batchinfer.pipeline.lease import LeaseHeartbeat
 from batchinfer.pipeline.shard.limits import concurrency_for
 from batchinfer.pipeline.shard.parts import Recovered, discard, never_ran, recover_part, render, write_part
 from batchinfer.pipeline.shard.progress import Ending, ProgressLink, ending_of
 from batchinfer.pipeline.shard.requests import parse_shard
 from batchinfer.pipeline.shard.window import Window, WindowRun
-from batchinfer.wire.openai import CHAT_ENDPOINT
 from batchinfer.wire.status import BatchStatus
 
 # One loop per process: backends may keep connection pools bound to it across invocations.
@@ -59,10 +58,9 @@ class ShardResult(StrEnum):
 
 
 def for_endpoint(backend: ChatBackend, endpoint: str) -> ChatBackend:
-    """What answers the request bodies of a batch with `endpoint`: the backend's `chat_completion` for
-    `/v1/chat/completions`, token inference (`batchinfer.infer.service.TokenRequests`) for
-    `/v2/models/{model}/infer` bodies."""
-    return backend if endpoint == CHAT_ENDPOINT else TokenRequests(backend)
+    """What answers the request bodies of a batch with `endpoint` on `backend`: its endpoint's server
+    (`batchinfer.endpoints.base.Endpoint.server`; a chat backend is its own)."""
+    return endpoint_for(endpoint).server(backend)
 
 
 def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callable[[], int]) -> ShardResult:
@@ -222,7 +220,7 @@ class _ShardRun:
         # The result key is the new holder's once the lease is lost: no PUT.
         if not outcomes or not self.lease.held():
             return None
-        data, output_bytes, counts = render(batch_id, outcomes)
+        data, output_bytes, counts = render(batch_id, outcomes, endpoint_for(self.header.endpoint))
         part = write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
         return part, counts
 
@@ -240,6 +238,7 @@ class _ShardRun:
             self.backend,
             self.requests[self.start :],
             self.batch_id,
+            endpoint=endpoint_for(self.header.endpoint),
             concurrency=concurrency_for(self.backend, settings.worker_concurrency),
             time_left_ms=window_left,
             reserve_ms=settings.time_reserve_ms,

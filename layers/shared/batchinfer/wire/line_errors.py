@@ -1,4 +1,4 @@
-"""What validation reports: `LineError`s `{code, message, param, line}` with OpenAI's error codes.
+"""What a batch's validation reports: `LineError`s `{code, message, param, line}` with OpenAI's error codes.
 
 `line_errors` words pydantic's errors of one line's envelope or body as `LineError`s.
 """

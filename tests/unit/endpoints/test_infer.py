@@ -1,5 +1,6 @@
-"""The per-endpoint body checks of batch lines: /v2/models/{model}/infer bodies against the token request
-contract (tests/fixtures/cases/16-17-token-infer); /v1/chat/completions bodies are in test_file.py."""
+"""The /v2/models/{model}/infer endpoint's body checks of batch lines, against the token request
+contract (tests/fixtures/cases/16-17-token-infer); /v1/chat/completions bodies are in
+tests/unit/validation/test_file.py."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 
 import pytest
 
-from batchinfer.validation.endpoints import check_infer_body
-from batchinfer.validation.errors import LineError
+from batchinfer.endpoints.infer import check_infer_body
+from batchinfer.wire.line_errors import LineError
 from support.token_cases import CASE_ERRORS, CASES, NEEDS_THE_MODEL
 
 
