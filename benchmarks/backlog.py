@@ -2,14 +2,14 @@
 
     .venv/bin/python -m benchmarks.backlog [--rate 0.02] [--seed 1440] [--latency 0.06] [--probes 480]
 
-Issue 12, must-show 2. Account `acct-a` submits a 20,000-line batch and two small ones, `acct-b`..`d`
-three of 200 to 2,000 lines each (8,650 small lines in all), all 12 at the same moment, to the local
-stack (the template's concurrency: 20 shard workers; shards of 100 lines) against the simulated
-OpenAI-compatible backend (benchmarks/sim_backend.py) refusing beyond C = 8 in service, L = 0.06 s
-each: at most 133 requests/s for about 29,000 lines, so every batch waits in a backlog. Every chaos
-fault (`batchinfer.core.chaos`: crashes before and after a shard commit and in the aggregator,
-backend 503s and slow answers, duplicate SQS deliveries, AWS-side throttling and 5xx) fires at
-`--rate` per opportunity.
+Every batch ends, and ends right, under a backlog. Account `acct-a` submits a 20,000-line batch and two
+small ones, `acct-b`..`d` three of 200 to 2,000 lines each (8,650 small lines in all), all 12 at the
+same moment, to the local stack (the template's concurrency: 20 shard workers; shards of 100 lines)
+against the simulated OpenAI-compatible backend (benchmarks/sim_backend.py) refusing beyond C = 8 in
+service, L = 0.06 s each: at most 133 requests/s for about 29,000 lines, so every batch waits in a
+backlog. Every chaos fault (`batchinfer.core.chaos`: crashes before and after a shard commit and in the
+aggregator, backend 503s and slow answers, duplicate SQS deliveries, AWS-side throttling and 5xx) fires
+at `--rate` per opportunity.
 
 `crash_in_aggregator` has one opportunity per batch the aggregator finalizes: 12 batches give it
 0.24 expected firings at 2%. Its opportunities, not its rate, are raised: a fifth account,
