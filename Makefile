@@ -26,7 +26,10 @@ UV_COMPILE := $(BIN)/uv pip compile --quiet --no-python-downloads --exclude-newe
 	--annotation-style line --custom-compile-command "make lock"
 # The suite runs stacks and the model side by side on the machine's cores: llama.cpp's threads sleep at
 # once at a barrier there (backends/llama_engine.barrier_wait_environ).
-PYTEST := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest
+# Two processes (pytest-xdist), the tests of one stack configuration in one of them (tests/conftest.py);
+# `make test WORKERS=0` runs in this process alone.
+WORKERS ?= 2
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n $(WORKERS) --dist loadgroup
 
 .PHONY: demo test test-fast lint lock bench local clean
 

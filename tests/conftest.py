@@ -4,8 +4,8 @@
   first of them was collected; each configuration is one xdist group (`--dist loadgroup`: one worker
   runs all its tests and builds its stack once), every heavy configuration one group together (the
   model in many environments: never two at once on this machine's cores).
-- The other end-to-end modules and the local stack's integration modules each make a group of their
-  own: a module's stack is started once, by one worker.
+- The other end-to-end and the integration modules each make a group of their own: what a module
+  starts once (a stack, a model server) is started by one worker only. Unit tests go one by one.
 - Before a test that uses no shared stack, the shared one stops (one stack per process; in-process
   moto needs the process's environment back).
 
@@ -21,8 +21,8 @@ import pytest
 from support.stacks import SharedStacks
 
 HEAVY_GROUP = "heavy-model"
-# Test directories whose modules start stacks of their own: one group per module.
-OWN_STACK_DIRS = ("tests/e2e/", "tests/integration/local/")
+# Test directories whose modules start things once for their tests (stacks, servers): a group per module.
+MODULE_GROUP_DIRS = ("tests/e2e/", "tests/integration/")
 
 STACKS = SharedStacks()
 
@@ -35,13 +35,13 @@ def shared_stacks() -> Iterator[SharedStacks]:
 
 
 def _group(item: pytest.Item) -> str | None:
-    """The item's xdist group: its stack configuration's (heavy ones share one), its module's for
-    modules with stacks of their own, else none (scheduled test by test)."""
+    """The item's xdist group: its stack configuration's (heavy ones share one), its module's in
+    `MODULE_GROUP_DIRS`, else none (scheduled test by test)."""
     mark = item.get_closest_marker("stack")
     if mark is not None:
         return HEAVY_GROUP if mark.kwargs.get("heavy") else f"stack-{mark.args[0]}"
     path = item.nodeid.split("::")[0]
-    return path if path.startswith(OWN_STACK_DIRS) else None
+    return path if path.startswith(MODULE_GROUP_DIRS) else None
 
 
 def _order_key(item: pytest.Item) -> str:

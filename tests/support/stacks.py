@@ -33,21 +33,18 @@ class StackConfig:
     """One configuration of the local stack: the arguments of `LocalStack` and its model registry.
 
     `name` is the configuration's xdist group and order key (one name, one configuration). `upstream`:
-    the registry also serves `scripted-model` from a `HoldableUpstream` (`api_stack.write_registry`);
-    else `registry` is the MODEL_REGISTRY file's text (None: the default registry). `heavy`: the
-    modules run the model in several environments at once; every heavy configuration shares one
-    xdist group, so that no two of them run at once on the machine's cores.
+    the registry also serves `scripted-model` from a `HoldableUpstream` (`api_stack.write_registry`),
+    else it is the default one. `heavy`: the modules run the model in several environments at once;
+    every heavy configuration shares one xdist group, so that no two of them run at once on the
+    machine's cores.
     """
 
     name: str
     upstream: bool = False
-    registry: str | None = None
     parameter_overrides: dict[str, str] = field(default_factory=dict, hash=False, compare=True)
     function_environment: dict[str, str] = field(default_factory=dict, hash=False, compare=True)
     schedule_interval: float | None = None
-    redelivery_delay: float = 1.0
     iam: bool | None = None
-    template: Path | None = None
     heavy: bool = False
 
     @property
@@ -57,16 +54,12 @@ class StackConfig:
 
     def stack_args(self) -> dict[str, Any]:
         """`LocalStack`'s keyword arguments (but `port`: always a free one)."""
-        args: dict[str, Any] = {
-            "redelivery_delay": self.redelivery_delay,
+        return {
             "schedule_interval": self.schedule_interval,
             "parameter_overrides": self.parameter_overrides,
             "function_environment": self.function_environment,
             "iam": self.iam,
         }
-        if self.template is not None:
-            args["template_path"] = self.template
-        return args
 
 
 @dataclass
@@ -84,11 +77,10 @@ class SharedStacks:
 
     def __init__(self) -> None:
         self._running: Running | None = None
-        self._tmp: Path | None = None
 
     def use(self, config: StackConfig, tmp: Path) -> Running:
         """The running stack of `config`: the current one if it has that configuration, else a new one
-        (the current one stopped first). `tmp`: a directory for the registry file."""
+        (the current one stopped first). `tmp`: a directory for an upstream's registry file."""
         if self._running is not None and self._running.config == config:
             return self._running
         self.close()
@@ -139,13 +131,7 @@ def _start(config: StackConfig, tmp: Path, exits: ExitStack) -> Running:
     if config.upstream:
         stack, upstream = exits.enter_context(stack_with_upstream(tmp, **config.stack_args()))
         return Running(config, stack, upstream, exits)
-    patch = exits.enter_context(pytest.MonkeyPatch.context())
-    if config.registry is not None:
-        registry = tmp / "models.yaml"
-        registry.write_text(config.registry, encoding="utf-8")
-        patch.setenv("MODEL_REGISTRY", str(registry))
-    stack = exits.enter_context(LocalStack(port=0, **config.stack_args()))
-    return Running(config, stack, None, exits)
+    return Running(config, exits.enter_context(LocalStack(port=0, **config.stack_args())), None, exits)
 
 
 # Configurations shared by several modules (a module's own configuration lives in the module).
