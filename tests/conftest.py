@@ -9,7 +9,10 @@
 - Before a test that uses no shared stack, the shared one stops (one stack per process; in-process
   moto needs the process's environment back).
 
-Groups are marks added here, at collection, before xdist reads them (`tryfirst`).
+Groups are marks added here, at collection, before xdist reads them (`tryfirst`), and named in the
+nodeid as xdist's loadgroup means to: pytest-xdist 3.8.0 appends `@group` to `item._nodeid`, which
+pytest 9 no longer reads (`Node.nodeid` is `str(item._id)`), so without the rename here every test
+would be scheduled on its own, a module's and a configuration's tests spread over both workers.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from _pytest.nodeid import NodeId
 
 from support.stacks import SharedStacks
 
@@ -50,7 +54,7 @@ def _order_key(item: pytest.Item) -> str:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     first: dict[str, int] = {}
     for index, item in enumerate(items):
         first.setdefault(_order_key(item), index)
@@ -59,6 +63,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = _group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            # An xdist worker of `--dist loadgroup` (its own `dist` is "no")
+            if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid.rpartition("]")[2]:
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")  # xdist's scope: the part after "@"
 
 
 @pytest.hookimpl(tryfirst=True)
