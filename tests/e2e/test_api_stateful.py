@@ -36,12 +36,12 @@ from support.api_stack import (
     chat_line,
     jsonl,
     new_account,
+    stack_with_upstream,
     wait_for,
 )
 from support.invariant import assert_batch_invariant
-from support.stacks import UPSTREAM, SharedStacks
 
-pytestmark = [pytest.mark.timeout(300), UPSTREAM.mark]
+pytestmark = pytest.mark.timeout(300)
 
 CHECKS = [
     not_a_server_error,
@@ -87,11 +87,9 @@ HELD = jsonl(chat_line("held", "HOLD", model=SCRIPTED), chat_line("next", "after
 
 
 @pytest.fixture(scope="module")
-def upstream_stack(
-    shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
-    with shared_stacks.lease(UPSTREAM, tmp_path_factory.mktemp("stateful")) as shared:
-        yield shared.stack, shared.upstream
+def upstream_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
+    with stack_with_upstream(tmp_path_factory.mktemp("stateful")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
