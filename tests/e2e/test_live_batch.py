@@ -21,6 +21,7 @@ from batchinfer_local import LocalStack
 from support.api_stack import api_client, chat_line, create, jsonl, result_lines, upload
 from support.invariant import assert_batch_invariant
 from support.live import AnswerLog, assert_counts_monotonic, output_completion_ids, watch
+from support.stacks import SharedStacks, StackConfig
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
@@ -28,25 +29,30 @@ pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 HOUR_S = 12
 
 
+LIVE = StackConfig(
+    "live-batch",
+    schedule_interval=1.0,
+    # At most 4 shard workers (3 for the one account: AccountShardShare 0.8; the template's default
+    # is 20): each environment loads the model, and at an expiry every request at the model still
+    # runs to its end, so 16 workers spent most of the expiry test on model loads and answers.
+    parameter_overrides={"ShardSize": "8", "MaxShardWorkers": "4"},
+    # Two requests in flight per shard worker (the engine would take every request of a shard at
+    # once): a cancel or an expiry mid-run then finds requests that never reached the model.
+    function_environment={
+        "POWERTOOLS_LOG_LEVEL": "DEBUG",
+        "WINDOW_HOUR_SECONDS": str(HOUR_S),
+        "WORKER_CONCURRENCY": "2",
+        "PROGRESS_SECONDS": "0.25",
+    },
+    heavy=True,
+)
+pytestmark = [*pytestmark, LIVE.mark]
+
+
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(
-        port=0,
-        schedule_interval=1.0,
-        # At most 4 shard workers (3 for the one account: AccountShardShare 0.8; the template's default
-        # is 20): each environment loads the model, and at an expiry every request at the model still
-        # runs to its end, so 16 workers spent most of the expiry test on model loads and answers.
-        parameter_overrides={"ShardSize": "8", "MaxShardWorkers": "4"},
-        # Two requests in flight per shard worker (the engine would take every request of a shard at
-        # once): a cancel or an expiry mid-run then finds requests that never reached the model.
-        function_environment={
-            "POWERTOOLS_LOG_LEVEL": "DEBUG",
-            "WINDOW_HOUR_SECONDS": str(HOUR_S),
-            "WORKER_CONCURRENCY": "2",
-            "PROGRESS_SECONDS": "0.25",
-        },
-    ) as running:
-        yield running
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with shared_stacks.lease(LIVE, tmp_path_factory.mktemp("live-batch")) as shared:
+        yield shared.stack
 
 
 @pytest.fixture

@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
+from support.api_stack import new_account
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300), DEFAULT.mark]
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[BatchClient]:
-    with LocalStack(port=0) as stack:
-        yield BatchClient(f"{stack.base_url}/v1", stack.api_key)
+def client(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchClient]:
+    with shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("main-job")) as shared:
+        yield BatchClient(f"{shared.stack.base_url}/v1", new_account("main-job"))
 
 
 def test_a_three_line_batch_completes_with_real_answers(client: BatchClient, tmp_path: Path) -> None:

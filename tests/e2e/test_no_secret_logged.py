@@ -82,6 +82,8 @@ def test_keys_are_never_logged(
 ) -> None:
     monkeypatch.setenv("BATCHINFER_DEV_API_KEY", DEV_KEY)
     monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
+    # A stack of its own, started here: the logs it reads begin at the start (the dev key stored, every
+    # function's init) and the dev key is this test's.
     with stack_with_upstream(
         tmp_path_factory.mktemp("secrets"),
         function_environment={"POWERTOOLS_LOG_LEVEL": "DEBUG", "AWS_LAMBDA_LOG_LEVEL": "DEBUG"},

@@ -18,22 +18,25 @@ from openai.types import Batch, FileObject
 from openai.types.chat import ChatCompletion
 
 from batchinfer_local import LocalStack
-from support.api_stack import chat_line, jsonl
+from support.api_stack import chat_line, jsonl, new_account
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.model, pytest.mark.timeout(180), DEFAULT.mark]
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 PROMPTS = {"greet": "Say hello.", "count": "Count to three.", "color": "Name a colour."}
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(port=0, iam=True) as running:  # as strict as AWS, whatever BATCHINFER_LOCAL_IAM says
-        yield running
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    # IAM as strict as AWS, whatever BATCHINFER_LOCAL_IAM says (DEFAULT.iam)
+    with shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("openai-sdk")) as shared:
+        yield shared.stack
 
 
 @pytest.fixture(scope="module")
 def client(stack: LocalStack) -> OpenAI:
-    return OpenAI(base_url=f"{stack.base_url}/v1", api_key=stack.api_key, max_retries=0)
+    # The module's own account on the shared stack: its files and batches only.
+    return OpenAI(base_url=f"{stack.base_url}/v1", api_key=new_account("openai-sdk"), max_retries=0)
 
 
 def wait(client: OpenAI, batch_id: str, timeout: float = 120.0) -> tuple[Batch, list[Batch]]:

@@ -9,6 +9,8 @@ from batchinfer_local.cli import main
 
 
 def test_redrive_moves_dead_letters_back_and_they_run() -> None:
+    # A stack of its own: the redrive moves every dead letter, and the count of aggregator runs must be
+    # exactly this test's 12.
     with LocalStack(port=0) as stack:
         dlq, queue = stack.queue_urls["FinalizeDeadLetterQueue"], stack.queue_urls["FinalizeQueue"]
         for n in range(12):

@@ -22,8 +22,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from batchinfer_local import LocalStack
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), DEFAULT.mark]
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -35,9 +36,10 @@ EXAMPLES = 25  # per operation and mode
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(port=0) as running:
-        yield running
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    # The only module of its configuration using the dev key's account (`stack.api_key`).
+    with shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("schemathesis")) as shared:
+        yield shared.stack
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import locations
 from batchinfer_local import LocalStack
 from support.api_stack import api_client, chat_line, jsonl, new_account, wait_for
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.model, pytest.mark.timeout(180), DEFAULT.mark]
 
 USER_BUCKET, OTHER_BUCKET = "batchinfer-user-acme", "batchinfer-user-rival"
 GHOST = "batchinfer-user-ghost"  # allowed, but never created
@@ -29,8 +30,9 @@ LINES = jsonl(chat_line("q-1", "Say hi."), chat_line("q-2", "Say bye."))
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(port=0) as running:
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("tokenhub")) as shared:
+        running = shared.stack
         for bucket in (USER_BUCKET, OTHER_BUCKET, COS_BUCKET):
             running.s3.create_bucket(Bucket=bucket)
         running.s3.put_object(Bucket=USER_BUCKET, Key="in/batch.jsonl", Body=LINES)

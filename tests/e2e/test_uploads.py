@@ -21,20 +21,22 @@ from support.api_stack import (
     chat_line,
     jsonl,
     new_account,
-    stack_with_upstream,
     wait_for,
 )
+from support.stacks import UPSTREAM, SharedStacks
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), UPSTREAM.mark]
 # The SDK's parts must fit one request: the Lambda event carries a part base64-encoded (4/3 of it)
 # within its 6 MB; 4 MiB parts do (README "Files larger than one request").
 PART_SIZE = 4 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
-    with stack_with_upstream(tmp_path_factory.mktemp("uploads"), iam=True) as pair:
-        yield pair
+def running(
+    shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalStack, HoldableUpstream]]:
+    with shared_stacks.lease(UPSTREAM, tmp_path_factory.mktemp("uploads")) as shared:
+        yield shared.stack, shared.upstream
 
 
 @pytest.fixture(scope="module")
