@@ -1,4 +1,4 @@
-"""Cancel and expiry while requests run, through the HTTP API of the local stack (issue 17).
+"""Cancel and expiry while requests run, through the HTTP API of the local stack.
 
 Work in flight finishes and is kept: a cancelled batch stays `cancelling` while its workers' requests
 at the model finish (within `CANCEL_GRACE_SECONDS`), then ends `cancelled` with every answer in

@@ -166,7 +166,7 @@ def test_invariant_holds_under(stack: LocalStack, scenario: str, tmp_path: Path)
     assert_batch_invariant(batch, path.read_text(), output, errors)
     if scenario not in ("backend_error", "everything"):
         assert batch["request_counts"]["failed"] == 0, errors[:600]
-    # Live counts (issue 13): never down while it ran, exact at the end; no answer lost or repeated.
+    # Live counts: never down while it ran, exact at the end; no answer lost or repeated.
     assert_counts_monotonic(series)
     assert completion_ids(output) == sorted(answered)
 

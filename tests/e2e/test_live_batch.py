@@ -1,5 +1,5 @@
 """A batch seen while it runs, and cancelled or expired mid-run, on the real embedded model through the
-HTTP API of the local stack (issues 13 and 17).
+HTTP API of the local stack.
 
 - GET shows requests as they finish (the shard workers' live progress, published once per
   `PROGRESS_SECONDS`, default 1 s, 0.25 s here so a fast machine still shows several steps): counts

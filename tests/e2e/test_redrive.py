@@ -1,4 +1,4 @@
-"""`batchinfer redrive`: dead letters go back to their queue and are processed (issue 5)."""
+"""`batchinfer redrive`: dead letters go back to their queue and are processed."""
 
 from __future__ import annotations
 

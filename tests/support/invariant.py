@@ -1,4 +1,4 @@
-"""The one invariant every batch that ran must satisfy (issue 5; tests/fixtures/cases/README.md conventions).
+"""The one invariant every batch that ran must satisfy (tests/fixtures/cases/README.md conventions).
 
 Every non-blank input line appears exactly once across output.jsonl and error.jsonl (by
 `custom_id`), no `custom_id` repeats, `request_counts.total == completed + failed == lines`, the

@@ -1,4 +1,4 @@
-"""Watching a batch while it runs (issues 13 and 17): the model's own log of what it answered, GET
+"""Watching a batch while it runs: the model's own log of what it answered, GET
 polled into a series of snapshots, and the checks on that series.
 
 `AnswerLog` reads the embedded backend's own debug line ("llama.cpp answered", with the completion's

@@ -1,4 +1,4 @@
-"""Chaos mode's AWS-side faults (`chaos.aws_fault`, issue 12) on the clients of `batchinfer.core.aws`,
+"""Chaos mode's AWS-side faults (`chaos.aws_fault`) on the clients of `batchinfer.core.aws`,
 against moto: each service answers as it does when it sheds load, and botocore's retries see it."""
 
 from __future__ import annotations
