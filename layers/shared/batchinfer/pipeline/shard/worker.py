@@ -179,8 +179,9 @@ class _ShardRun:
         self.batch_id, self.shard_no = message.batch_id, message.shard
         self.start, self.size = shard.next_index, shard.size
         self.requests = parse_shard(s3.get_bytes(self.settings.bucket_name, shard.input_key))
+        self.endpoint = endpoint_for(header.endpoint)
         self.backend = backend_chaos.wrap(
-            for_endpoint(load_registry(self.settings.model_registry).backend(header.model), header.endpoint)
+            self.endpoint.server(load_registry(self.settings.model_registry).backend(header.model))
         )
 
     def commit_parts(self) -> bool:
@@ -220,7 +221,7 @@ class _ShardRun:
         # The result key is the new holder's once the lease is lost: no PUT.
         if not outcomes or not self.lease.held():
             return None
-        data, output_bytes, counts = render(batch_id, outcomes, endpoint_for(self.header.endpoint))
+        data, output_bytes, counts = render(batch_id, outcomes, self.endpoint)
         part = write_part(batch_id, shard_no, start, start + len(outcomes), data, output_bytes, counts)
         return part, counts
 
@@ -238,7 +239,7 @@ class _ShardRun:
             self.backend,
             self.requests[self.start :],
             self.batch_id,
-            endpoint=endpoint_for(self.header.endpoint),
+            endpoint=self.endpoint,
             concurrency=concurrency_for(self.backend, settings.worker_concurrency),
             time_left_ms=window_left,
             reserve_ms=settings.time_reserve_ms,
