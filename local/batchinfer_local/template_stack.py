@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -212,8 +213,9 @@ class TemplateStack:
         if self._http is not None:
             self._http.stop()
             self._http = None
-        for pool in self._pools.values():
-            pool.close()
+        # Each pool waits for its zygote and log forwarders to end: all at once, not one after another.
+        with ThreadPoolExecutor(max(1, len(self._pools)), thread_name_prefix="close") as closing:
+            list(closing.map(EnvironmentPool.close, self._pools.values()))
         self._moto.stop()
         self._environ.restore()
         self._clients.forget()
