@@ -12,10 +12,12 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 # Portable llama.cpp build: a -march=native build segfaulted on some CPUs. Only the libraries the
 # engine loads (llama, ggml): no multimodal library (LLAVA_BUILD: mtmd), tests, examples, tools,
-# server or app, no OpenSSL (only llama.cpp's own HTTP downloads use it).
+# server or app, no OpenSSL (only llama.cpp's own HTTP downloads use it), no common library
+# (requirements/llama-cpp-build.cmake says why and how).
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
 	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF
+	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/requirements/llama-cpp-build.cmake
 export SAM_CLI_TELEMETRY := 0
 REQS := pyproject.toml $(wildcard requirements/*.in requirements/*.txt)
 # The lock: every package of the venv, the layer and the images, one version each (`make lock`).
