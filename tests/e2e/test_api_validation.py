@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from batchinfer_local import LocalStack
 from support.api_stack import (
     MODEL,
     SCRIPTED,
@@ -26,8 +25,9 @@ from support.api_stack import (
     upload,
     wait_for,
 )
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), DEFAULT.mark]
 
 OK = chat_line("ok", "hi")
 
@@ -81,7 +81,7 @@ CASES: dict[str, tuple[bytes, list[tuple[str, int | None, str | None]]]] = {
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def http(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     registry = tmp_path_factory.mktemp("registry") / "models.yaml"
     registry.write_text(
         f"models:\n  {MODEL}:\n    backend: llama_cpp\n  {SCRIPTED}:\n    backend: openai\n"
@@ -95,9 +95,9 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         "MODEL_REGISTRY": str(registry),
     }
     with (
-        LocalStack(port=0, function_environment=limits) as stack,
+        shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("validation"), limits) as shared,
         api_client(
-            stack, new_account("validation", max_active_batches=50, max_creates_per_minute=50)
+            shared.stack, new_account("validation", max_active_batches=50, max_creates_per_minute=50)
         ) as client,
     ):
         yield client

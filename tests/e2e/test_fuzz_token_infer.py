@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batchinfer_local import LocalStack
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300), DEFAULT.mark]
 
 MODEL = "smollm2-135m-instruct"
 VOCAB = 49152  # SmolLM2's vocabulary
@@ -40,24 +40,25 @@ FUZZ = settings(
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def http(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     registry = tmp_path_factory.mktemp("registry") / "models.yaml"
     registry.write_text(
         f"models:\n  {MODEL}:\n    backend: llama_cpp\n    n_ctx: 2048\n"
         f"    max_input_tokens: {MAX_PROMPT}\n    max_iter_times: {MAX_NEW}\n",
         encoding="utf-8",
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MODEL_REGISTRY", str(registry))
-        with (
-            LocalStack(port=0) as stack,
-            httpx.Client(
-                base_url=stack.base_url, headers={"Authorization": f"Bearer {stack.api_key}"}, timeout=120
-            ) as client,
-        ):
-            warm = client.post(f"/v2/models/{MODEL}/infer", json=token_body([1, 2, 3]))  # loads the model
-            assert warm.status_code == 200, warm.text
-            yield client
+    environment = {"MODEL_REGISTRY": str(registry)}
+    with (
+        shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("fuzz"), environment) as shared,
+        httpx.Client(
+            base_url=shared.stack.base_url,
+            headers={"Authorization": f"Bearer {shared.stack.api_key}"},
+            timeout=120,
+        ) as client,
+    ):
+        warm = client.post(f"/v2/models/{MODEL}/infer", json=token_body([1, 2, 3]))  # loads the model
+        assert warm.status_code == 200, warm.text
+        yield client
 
 
 def token_body(ids: Any, **parameters: Any) -> dict[str, Any]:

@@ -3,32 +3,34 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
 from batchinfer_local import LocalStack, cli
 from support.api_stack import new_account
+from support.stacks import DEFAULT, SharedStacks
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300), DEFAULT.mark]
+
+
+@pytest.fixture(scope="module")
+def stack(shared_stacks: SharedStacks, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with shared_stacks.lease(DEFAULT, tmp_path_factory.mktemp("smoke")) as shared:
+        yield shared.stack
+
 
 STEPS = ["models", "upload", "create", "progress", "download", "cancel", "token", "cross-account"]
 
 
-def test_smoke_passes_on_the_local_stack_with_one_line_per_step(capsys: pytest.CaptureFixture[str]) -> None:
-    with LocalStack(port=0) as stack:
-        other = new_account("smoke-other")
-        capsys.readouterr()
-        code = cli.main(
-            [
-                "smoke",
-                "--base-url",
-                f"{stack.base_url}/v1",
-                "--api-key",
-                stack.api_key,
-                "--second-api-key",
-                other,
-            ]
-        )
+def test_smoke_passes_on_the_local_stack_with_one_line_per_step(
+    stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = new_account("smoke-other")
+    capsys.readouterr()
+    code = cli.main(
+        ["smoke", "--base-url", f"{stack.base_url}/v1", "--api-key", stack.api_key, "--second-api-key", other]
+    )
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert (code, err) == (0, ""), out
@@ -43,11 +45,10 @@ def test_smoke_passes_on_the_local_stack_with_one_line_per_step(capsys: pytest.C
 
 
 def test_smoke_fails_with_a_wrong_key_and_skips_what_depends_on_it(
-    capsys: pytest.CaptureFixture[str],
+    stack: LocalStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with LocalStack(port=0) as stack:
-        capsys.readouterr()
-        code = cli.main(["smoke", "--base-url", f"{stack.base_url}/v1", "--api-key", "sk-bi-wrong-key-0000"])
+    capsys.readouterr()
+    code = cli.main(["smoke", "--base-url", f"{stack.base_url}/v1", "--api-key", "sk-bi-wrong-key-0000"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 1
     assert lines[0] == (
