@@ -27,7 +27,7 @@ import time
 import uuid
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -35,6 +35,7 @@ from batchinfer.backends.base import BackendError, RegistryError, chat_request
 from batchinfer.backends.http import Answer, post_json, retryable_status, upstream_error
 from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
 from batchinfer.wire.kserve import INT32_MAX, UINT64_MAX, token_request_body
+from batchinfer.wire.openai import CHAT_ENDPOINT, RESPONSES_ENDPOINT, TOKEN_ENDPOINT
 from batchinfer.wire.tokens import ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:
@@ -73,8 +74,11 @@ class KServeV2Backend:
     """A `ChatBackend` and `TokenBackend` answering as registry model `name` through a KServe v2 server.
 
     Construction raises `RegistryError` when a configured tokenizer file does not exist; the files are
-    read on the first chat request.
+    read on the first chat request. `serves`: token requests, and chat (Responses through chat) with
+    the model's tokenizer files.
     """
+
+    serves: ClassVar[frozenset[str]] = frozenset({CHAT_ENDPOINT, RESPONSES_ENDPOINT, TOKEN_ENDPOINT})
 
     def __init__(self, name: str, config: KServeV2Config) -> None:
         for option in ("tokenizer", "tokenizer_config"):

@@ -239,6 +239,8 @@ class ResponseFormat(BaseModel):
 
 
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+# Stop strings a model can use (none empty).
+UsableStop = Annotated[Stop, AfterValidator(_non_empty_stops)]
 
 
 class ChatRequest(ChatCompletionBody):
