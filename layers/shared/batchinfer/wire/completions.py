@@ -36,10 +36,13 @@ __all__ = [
 DEFAULT_COMPLETION_TOKENS = 16
 
 
-def _check_prompt(value: Any) -> Any:
-    if isinstance(value, list) and not value:
-        raise ValueError("must not be an empty array")
-    return value
+def _check_prompt(value: Any) -> str | list[str]:
+    # One rule for the whole field (not a union of two), so a bad prompt is one error.
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value and all(isinstance(item, str) and item for item in value):
+        return value
+    raise ValueError("prompt must be a non-empty string or a non-empty array of non-empty strings")
 
 
 class CompletionBody(BaseModel):
@@ -48,7 +51,7 @@ class CompletionBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
     model: NonEmptyStr
-    prompt: Annotated[NonEmptyStr | list[NonEmptyStr], AfterValidator(_check_prompt)]
+    prompt: Annotated[Any, AfterValidator(_check_prompt)]
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None

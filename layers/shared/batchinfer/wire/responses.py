@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from batchinfer.wire.chat import NonEmptyStr
 from batchinfer.wire.openai import Metadata
@@ -51,11 +51,16 @@ class MessageItem(BaseModel):
 
     type: Literal["message"] | None = None
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[TextPart]
+    content: list[TextPart]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_is_one_part(cls, value: Any) -> Any:
+        return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
 
     def text(self) -> str:
         """The content as one string (parts joined by newlines, as chat's text parts are)."""
-        return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+        return "\n".join(part.text for part in self.content)
 
 
 class TextFormat(BaseModel):
@@ -80,7 +85,7 @@ class ResponseBody(BaseModel):
     model_config = _STRICT
 
     model: NonEmptyStr
-    input: NonEmptyStr | Annotated[list[MessageItem], Field(min_length=1)]
+    input: Annotated[list[MessageItem], Field(min_length=1)]
     instructions: str | None = None
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
@@ -92,6 +97,12 @@ class ResponseBody(BaseModel):
     background: Literal[False] | None = None
     previous_response_id: None = None
     tools: Annotated[list[Any], Field(max_length=0)] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _text_is_a_user_message(cls, value: Any) -> Any:
+        # OpenAI: a string input is one user message. One shape to check: one error per mistake.
+        return [{"role": "user", "content": value}] if isinstance(value, str) and value else value
 
 
 # What each field of `ResponseBody` must be, for messages.
@@ -117,10 +128,7 @@ def chat_body(body: ResponseBody) -> dict[str, Any]:
     items as messages, `max_output_tokens` as `max_completion_tokens`, a JSON `text.format` as
     `response_format` `json_object` (the model's JSON grammar; a schema is not enforced)."""
     messages = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    if isinstance(body.input, str):
-        messages.append({"role": "user", "content": body.input})
-    else:
-        messages += [{"role": item.role, "content": item.text()} for item in body.input]
+    messages += [{"role": item.role, "content": item.text()} for item in body.input]
     chat: dict[str, Any] = {"model": body.model, "messages": messages}
     for name, value in (
         ("max_completion_tokens", body.max_output_tokens),
