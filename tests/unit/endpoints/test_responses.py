@@ -48,7 +48,8 @@ def test_text_input_with_the_served_options_is_valid() -> None:
         (
             "tools",
             [{"type": "web_search"}],
-            'Line 3: body.tools must be absent or empty (tools are not supported), got array [{"type": "web_search"}].',
+            "Line 3: body.tools must be absent or empty (tools are not supported), "
+            'got array [{"type": "web_search"}].',
         ),
         (
             "store",
@@ -58,13 +59,14 @@ def test_text_input_with_the_served_options_is_valid() -> None:
         (
             "background",
             True,
-            "Line 3: body.background must be false or absent (a batch runs in the background already), got boolean true.",
+            "Line 3: body.background must be false or absent (a batch runs in the background already), "
+            "got boolean true.",
         ),
         (
             "previous_response_id",
             "resp_1",
-            "Line 3: body.previous_response_id must be null or absent (a batch stores no responses to continue), "
-            'got string "resp_1".',
+            "Line 3: body.previous_response_id must be null or absent (a batch stores no responses to "
+            'continue), got string "resp_1".',
         ),
         (
             "max_output_tokens",

@@ -397,7 +397,8 @@ def test_token_endpoint_url_in_a_chat_batch_is_url_mismatch() -> None:
         ("/v1/chat/completions/", 'did you mean "/v1/chat/completions"?'),
         (
             "/foo",
-            'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/completions", "/v1/responses"',
+            'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/completions", '
+            '"/v1/responses"',
         ),
     ],
 )
