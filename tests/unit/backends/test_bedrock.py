@@ -260,7 +260,7 @@ def test_a_responses_body_is_one_converse_call_and_its_answer_a_response(
     assert out["output"][0]["content"] == [{"type": "output_text", "text": "Paris is", "annotations": []}]
     assert out["usage"] == {
         "input_tokens": 14,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
         "output_tokens": 2,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 16,

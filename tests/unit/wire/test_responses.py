@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from openai.types.responses import Response
 
 from batchinfer.wire.responses import ResponseBody, ResponseObject, chat_body
 
@@ -68,6 +69,7 @@ def test_a_completed_response_has_openais_shape() -> None:
 
     out = ResponseObject.from_chat(body, _completion("stop")).model_dump()
 
+    assert Response.model_validate(out).output_text == "{}"  # the SDK's own type reads it
     assert out.pop("id").startswith("resp_")
     assert isinstance(out.pop("created_at"), int)
     assert out["output"][0].pop("id").startswith("msg_")
@@ -98,7 +100,7 @@ def test_a_completed_response_has_openais_shape() -> None:
         "truncation": "disabled",
         "usage": {
             "input_tokens": 30,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
             "output_tokens": 5,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": 35,

@@ -157,6 +157,8 @@ class OutputMessage(BaseModel):
 
 
 class InputTokensDetails(BaseModel):
+    # The OpenAI SDK's Response model requires both (no prompt cache here: 0).
+    cache_write_tokens: int = 0
     cached_tokens: int = 0
 
 
