@@ -161,6 +161,19 @@ def _shared_engine(key: _EngineKey) -> _Loaded:
         return loaded
 
 
+def _check_fits(prompt: list[int], n_ctx: int, what: str) -> None:
+    """Raise `BackendError(400, context_length_exceeded, param=what)` unless at least one completion
+    token fits after `prompt` (`what`: "messages" or "prompt", for the message)."""
+    if len(prompt) >= n_ctx:
+        raise BackendError(
+            400,
+            f"This model's maximum context length is {n_ctx} tokens. However, your "
+            f"{what} resulted in {len(prompt)} tokens. Please reduce the length of the {what}.",
+            code="context_length_exceeded",
+            param=what,
+        )
+
+
 def _model_error(exc: Exception, failure: str = "The model failed") -> BackendError:
     # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault, not retryable.
     return BackendError(
@@ -288,14 +301,7 @@ class LlamaCppBackend:
         """`text` tokenized as llama-cpp-python's `create_completion` does (the model's BOS, special
         tokens parsed); raises `BackendError(400)` when it leaves no room in `n_ctx`."""
         prompt = loaded.engine.model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-        if len(prompt) >= loaded.engine.n_ctx:
-            raise BackendError(
-                400,
-                f"This model's maximum context length is {loaded.engine.n_ctx} tokens. However, your "
-                f"prompt resulted in {len(prompt)} tokens. Please reduce the length of the prompt.",
-                code="context_length_exceeded",
-                param="prompt",
-            )
+        _check_fits(prompt, loaded.engine.n_ctx, "prompt")
         return prompt
 
     def withdraw_waiting(self) -> int:
@@ -327,15 +333,7 @@ class LlamaCppBackend:
         prompt = loaded.engine.model.tokenize(
             rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True
         )
-        # At least one completion token must fit.
-        if len(prompt) >= loaded.engine.n_ctx:
-            raise BackendError(
-                400,
-                f"This model's maximum context length is {loaded.engine.n_ctx} tokens. However, your "
-                f"messages resulted in {len(prompt)} tokens. Please reduce the length of the messages.",
-                code="context_length_exceeded",
-                param="messages",
-            )
+        _check_fits(prompt, loaded.engine.n_ctx, "messages")
         template_stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
         return prompt, [s for s in template_stop if s]
 

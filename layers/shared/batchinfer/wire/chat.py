@@ -107,6 +107,13 @@ def _check_stop(value: Any) -> Any:
 Stop = Annotated[Any, AfterValidator(_check_stop)]
 
 
+# Field types shared by the request bodies (chat, completions, responses).
+PositiveInt = Annotated[int, Field(ge=1)]
+Temperature = Annotated[float, Field(ge=0, le=2)]
+TopP = Annotated[float, Field(ge=0, le=1)]
+OneChoice = Annotated[int, Field(ge=1, le=1)]
+
+
 class ChatCompletionBody(BaseModel):
     """The checked fields of a `/v1/chat/completions` body, strictly (see the module docstring)."""
 
@@ -114,11 +121,11 @@ class ChatCompletionBody(BaseModel):
 
     model: NonEmptyStr
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    n: Annotated[int, Field(ge=1, le=1)] | None = None
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    n: OneChoice | None = None
     stop: Stop = None
     seed: int | None = None
     stream: bool | None = None

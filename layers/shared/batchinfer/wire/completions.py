@@ -19,7 +19,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from batchinfer.wire.chat import ChatRequestError, CompletionUsage, NonEmptyStr, Penalty, Stop, UsableStop
+from batchinfer.wire.chat import (
+    ChatRequestError,
+    CompletionUsage,
+    NonEmptyStr,
+    OneChoice,
+    Penalty,
+    PositiveInt,
+    Stop,
+    Temperature,
+    TopP,
+    UsableStop,
+)
 from batchinfer.wire.messages import loc_path
 
 __all__ = [
@@ -52,10 +63,10 @@ class CompletionBody(BaseModel):
 
     model: NonEmptyStr
     prompt: Annotated[Any, AfterValidator(_check_prompt)]
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    n: Annotated[int, Field(ge=1, le=1)] | None = None
+    max_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    n: OneChoice | None = None
     echo: Literal[False] | None = None
     logprobs: None = None
     stop: Stop = None

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from batchinfer.wire.chat import NonEmptyStr
+from batchinfer.wire.chat import NonEmptyStr, PositiveInt, Temperature, TopP
 from batchinfer.wire.openai import Metadata
 
 __all__ = [
@@ -87,9 +87,9 @@ class ResponseBody(BaseModel):
     model: NonEmptyStr
     input: Annotated[list[MessageItem], Field(min_length=1)]
     instructions: str | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_output_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     text: TextOptions | None = None
     metadata: Metadata = None
     store: Literal[False] | None = None
