@@ -31,7 +31,7 @@ REGISTRY = ModelRegistry.from_dict(
         ("smol", {CHAT, COMPLETIONS, RESPONSES, TOKENS}),
         ("vllm", {CHAT, COMPLETIONS, RESPONSES}),
         ("nova", {CHAT, RESPONSES}),
-        ("mindie", {CHAT, RESPONSES, TOKENS}),
+        ("mindie", {CHAT, COMPLETIONS, RESPONSES, TOKENS}),
     ],
 )
 def test_each_backend_kind_declares_what_it_serves(name: str, serves: set[str]) -> None:

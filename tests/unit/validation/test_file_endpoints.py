@@ -44,7 +44,8 @@ def test_a_model_whose_backend_does_not_serve_the_endpoint_fails_each_line_namin
     assert validator.errors == [
         LineError(
             code="endpoint_not_supported",
-            message=f"Line {n}: model 'nova' does not serve /v1/completions; models that do: 'vllm'.",
+            message=f"Line {n}: model 'nova' does not serve /v1/completions; "
+            "models that do: 'vllm', 'mindie'.",
             param="body.model",
             line=n,
         )
