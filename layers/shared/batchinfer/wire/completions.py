@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from batchinfer.wire.chat import (
-    ChatRequestError,
+    RULES,
     CompletionUsage,
     NonEmptyStr,
     OneChoice,
@@ -30,8 +30,8 @@ from batchinfer.wire.chat import (
     Temperature,
     TopP,
     UsableStop,
+    request_error,
 )
-from batchinfer.wire.messages import loc_path
 
 __all__ = [
     "COMPLETION_RULES",
@@ -80,17 +80,12 @@ class CompletionBody(BaseModel):
 
 # What each field of `CompletionBody` must be, for messages.
 COMPLETION_RULES = {
-    "model": "a non-empty string",
+    **{name: RULES[name] for name in ("model", "max_tokens", "temperature", "top_p", "stop", "seed")},
     "prompt": "a non-empty string or a non-empty array of non-empty strings (token-id prompts are not "
     "supported)",
-    "max_tokens": "a positive integer or null",
-    "temperature": "a number from 0 to 2",
-    "top_p": "a number from 0 to 1",
     "n": "1 (one choice per prompt; n > 1 is not supported)",
     "echo": "false (echo is not supported)",
     "logprobs": "null (logprobs are not supported)",
-    "stop": "a string or an array of up to 4 strings",
-    "seed": "an integer",
     "stream": "false or null (a batch does not stream)",
 }
 
@@ -113,17 +108,11 @@ def read_completion_request(body: dict[str, Any]) -> CompletionRequest:
     try:
         return CompletionRequest.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        param = loc_path(first["loc"])
-        if first["type"] == "missing":
-            raise ChatRequestError(
-                f"Missing required parameter: '{param}'.", "missing_required_parameter", param
-            ) from None
-        if param in ("n", "echo", "logprobs"):
-            rule = COMPLETION_RULES[param]
-            raise ChatRequestError(f"'{param}' must be {rule}.", "unsupported_value", param) from None
-        reason = first["msg"].removeprefix("Value error, ")
-        raise ChatRequestError(f"Invalid value for '{param}': {reason}.", "invalid_value", param) from None
+        raise request_error(exc, _not_served) from None
+
+
+def _not_served(param: str, kind: str) -> str | None:
+    return f"'{param}' must be {COMPLETION_RULES[param]}." if param in ("n", "echo", "logprobs") else None
 
 
 class CompletionChoice(BaseModel):

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from batchinfer.wire.chat import NonEmptyStr, PositiveInt, Temperature, TopP
+from batchinfer.wire.chat import RULES, NonEmptyStr, PositiveInt, Temperature, TopP
 from batchinfer.wire.openai import Metadata
 
 __all__ = [
@@ -107,13 +107,11 @@ class ResponseBody(BaseModel):
 
 # What each field of `ResponseBody` must be, for messages.
 RESPONSE_RULES = {
-    "model": "a non-empty string",
+    **{name: RULES[name] for name in ("model", "temperature", "top_p")},
     "input": "a non-empty string or a non-empty array of message items {role, content} with text content "
     "(input_text parts; images and files are not supported)",
     "instructions": "a string or null",
-    "max_output_tokens": "a positive integer or null",
-    "temperature": "a number from 0 to 2",
-    "top_p": "a number from 0 to 1",
+    "max_output_tokens": RULES["max_tokens"],
     "text": 'an object {"format": {"type": "text" | "json_object" | "json_schema", ...}}',
     "store": "false or absent (a batch stores no responses)",
     "stream": "false or absent (a batch does not stream)",
