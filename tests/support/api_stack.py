@@ -48,8 +48,63 @@ def jsonl(*lines: str) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
 
 
+def _prompt_of(path: str, body: dict[str, Any]) -> str:
+    """The prompt of a request to `path`: the last message (chat), the prompts joined by a space
+    (`/completions`), the input or its last item's text (`/responses`)."""
+    if path.endswith("/chat/completions"):
+        return body["messages"][-1]["content"]
+    if path.endswith("/completions"):
+        prompt = body["prompt"]
+        return prompt if isinstance(prompt, str) else " ".join(prompt)
+    given = body["input"]
+    return given if isinstance(given, str) else given[-1]["content"]
+
+
+def _text_answer(path: str, body: dict[str, Any], n: int) -> dict[str, Any]:
+    """The `text_completion` (one `echo: <prompt>` choice per prompt) or Response (`echo: <input>`)
+    answer of request `n`, with usage of 3 tokens in and 2 out (per request)."""
+    if path.endswith("/completions"):
+        prompts = [body["prompt"]] if isinstance(body["prompt"], str) else body["prompt"]
+        return {
+            "id": f"cmpl-{n}",
+            "object": "text_completion",
+            "created": 0,
+            "model": body.get("model"),
+            "choices": [
+                {"text": f"echo: {p}", "index": i, "logprobs": None, "finish_reason": "stop"}
+                for i, p in enumerate(prompts)
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+    text = f"echo: {_prompt_of(path, body)}"
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": body.get("model"),
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{n}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "usage": {
+            "input_tokens": 3,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 2,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 5,
+        },
+    }
+
+
 class HoldableUpstream:
-    """An OpenAI-compatible `/v1/chat/completions` server: prompts containing `HOLD` wait for `release()`,
+    """An OpenAI-compatible `/v1/chat/completions` server (and `/v1/completions`, `/v1/responses`,
+    answered by `_text_answer`): prompts containing `HOLD` wait for `release()`,
     prompts containing `GATE` each wait for one of the passes `admit(n)` hands out (or `release()`),
     prompts containing `FAIL` get a 400 error.
 
@@ -69,7 +124,7 @@ class HoldableUpstream:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                prompt = body["messages"][-1]["content"]
+                prompt = _prompt_of(self.path, body)
                 upstream.arrivals.append(prompt)
                 if "HOLD" in prompt:
                     upstream.held.set()
@@ -91,6 +146,9 @@ class HoldableUpstream:
                             }
                         },
                     )
+                    return
+                if not self.path.endswith("/chat/completions"):
+                    self._send(200, _text_answer(self.path, body, len(upstream.arrivals)))
                     return
                 self._send(
                     200,

@@ -18,6 +18,7 @@ from batchinfer.endpoints import registry
 from batchinfer.endpoints.base import Endpoint, Server, Usage
 from batchinfer.wire.chat import CompletionUsage
 from batchinfer.wire.line_errors import LineError, line_errors
+from batchinfer.wire.openai import CHAT_ENDPOINT
 
 ECHO = "/v1/echo"
 
@@ -79,6 +80,10 @@ class Echo(Endpoint):
         """`body.model`."""
         model = body.get("model")
         return model if isinstance(model, str) and model else None
+
+    def served_by(self, serves: frozenset[str]) -> bool:
+        """Every chat backend: an echo body is asked as chat."""
+        return CHAT_ENDPOINT in serves
 
     def server(self, backend: Any) -> Server:
         """An `EchoServer` on the backend."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ def register(commands: Commands) -> None:
     submit.add_argument("file")
     submit.add_argument("--wait", action="store_true", help="show progress until the batch ends")
     submit.add_argument("-o", "--output", help="with --wait: download the result files into this directory")
-    submit.add_argument("--endpoint", default="/v1/chat/completions")
+    submit.add_argument(
+        "--endpoint", help="default: the url of the file's lines (/v1/chat/completions when it has none)"
+    )
     submit.add_argument("--completion-window", default="24h", help="whole hours, 1h to 168h")
     submit.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="repeat for several")
     submit.add_argument(
@@ -70,6 +73,33 @@ def metadata(pairs: list[str] | None) -> dict[str, str] | None:
             raise CliError(f"error: --metadata {pair!r} is not KEY=VALUE", code=2)
         found[key] = value
     return found
+
+
+def file_endpoint(path: Path) -> str:
+    """The endpoint of a batch file: the one `url` its request lines name (lines that are not JSON
+    objects, or have no string url, are left to the server's validation); `/v1/chat/completions`
+    when none names one.
+
+    Raises:
+        CliError: the lines name several urls (exit code 2), saying which line first names each.
+    """
+    first: dict[str, int] = {}
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            try:
+                url = json.loads(line).get("url") if line.strip() else None
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(url, str):
+                first.setdefault(url, number)
+    if len(first) > 1:
+        named = ", ".join(f"{url} (line {number})" for url, number in first.items())
+        raise CliError(
+            f"error: {path} mixes urls: {named}; a batch has one endpoint: split the file, or give "
+            "--endpoint to have the other lines reported",
+            code=2,
+        )
+    return next(iter(first), "/v1/chat/completions")
 
 
 def counts(batch: dict[str, Any]) -> str:
@@ -129,10 +159,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     client, path = client_of(args), Path(args.file)
     if not path.is_file():
         raise CliError(f"error: no such file: {path}: give the path of a JSONL batch file", code=2)
+    endpoint = args.endpoint or file_endpoint(path)
     uploaded = client.upload(path)
     batch = client.create(
         uploaded["id"],
-        endpoint=args.endpoint,
+        endpoint=endpoint,
         completion_window=args.completion_window,
         metadata=metadata(args.metadata),
         output_expires_after=args.output_expires_after,

@@ -260,3 +260,55 @@ def test_chat_needs_the_tokenizer_files(scripted: Scripted) -> None:
             "chat requests"
         ),
     )
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The registry options naming a tiny word-level tokenizer's files (ids 0 to 9, `<eos>` 1)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]", "<eos>", "one", "two", "three", "four", "hello", "seven", "eight", "nine"]
+    tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    out = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save(str(out / "tokenizer.json"))
+    config = {"chat_template": "{{ messages }}", "bos_token": "", "eos_token": "<eos>"}
+    (out / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return {"tokenizer": str(out / "tokenizer.json"), "tokenizer_config": str(out / "tokenizer_config.json")}
+
+
+def test_a_completions_body_sends_each_raw_prompt_as_token_ids(
+    scripted: Scripted, word_tokenizer: dict[str, str]
+) -> None:
+    # Given the token server answers ids [9, 8, 7] to any request
+    backend = client(scripted, "ok", **word_tokenizer)
+    before = len(scripted.received.get("ok", []))
+
+    # When a completions body with two prompts is answered
+    out = asyncio.run(
+        backend.text_completion(
+            {"model": "remote", "prompt": ["one two three", "hello"], "max_tokens": 3, "temperature": 0}
+        )
+    )
+
+    # Then each prompt went as its own token ids, greedy, and came back as one choice each
+    sent = scripted.received["ok"][before:]
+    assert sorted(s["inputs"][0]["data"] for s in sent) == [[2, 3, 4], [6]]
+    assert {(s["parameters"]["do_sample"], s["parameters"]["max_new_tokens"]) for s in sent} == {(False, 3)}
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in out["choices"]] == [
+        (0, "nine eight seven", "length"),
+        (1, "nine eight seven", "length"),
+    ]
+    assert out["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+    assert (out["object"], out["model"]) == ("text_completion", "remote")
+
+
+def test_completions_need_the_tokenizer_files(scripted: Scripted) -> None:
+    with pytest.raises(BackendError) as caught:
+        asyncio.run(client(scripted, "ok").text_completion({"prompt": "Hi"}))
+
+    assert (caught.value.status_code, caught.value.message) == (
+        500,
+        "model 'remote' takes token ids only: set tokenizer and tokenizer_config in the registry to serve "
+        "completions requests",
+    )

@@ -12,6 +12,7 @@ from botocore.stub import Stubber
 
 from batchinfer.backends import BackendError, ModelRegistry
 from batchinfer.backends.bedrock import BedrockBackend
+from batchinfer.endpoints.registry import ENDPOINTS
 
 MODEL_ID = "amazon.nova-micro-v1:0"
 
@@ -195,4 +196,110 @@ def test_what_converse_cannot_express_is_a_400_before_any_call(
         param,
         message,
         False,
+    )
+
+
+# ---------------------------------------------------------------- /v1/responses, asked as chat
+
+RESPONSES = ENDPOINTS["/v1/responses"]
+
+
+def respond(backend: BedrockBackend, **body: Any) -> dict[str, Any]:
+    return asyncio.run(RESPONSES.server(backend).chat_completion({"model": "nova", **body}))
+
+
+def test_a_responses_body_is_one_converse_call_and_its_answer_a_response(
+    bedrock: tuple[BedrockBackend, Stubber],
+) -> None:
+    backend, stubber = bedrock
+    # Given Bedrock answers the exact Converse request the body maps to, cut at its token limit
+    stubber.add_response(
+        "converse",
+        answer("Paris is", stop_reason="max_tokens", tokens=(14, 2)),
+        {
+            "modelId": MODEL_ID,
+            "system": [{"text": "Be brief."}, {"text": "Answer in English."}],
+            "messages": [
+                {"role": "user", "content": [{"text": "Capital of France?\nOne word."}]},
+                {"role": "assistant", "content": [{"text": "Which country?"}]},
+                {"role": "user", "content": [{"text": "France."}]},
+            ],
+            "inferenceConfig": {"maxTokens": 2, "temperature": 0.2, "topP": 0.9},
+        },
+    )
+
+    # When a Responses body with instructions, a developer item and input_text parts is sent
+    out = respond(
+        backend,
+        instructions="Be brief.",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Capital of France?"},
+                    {"type": "input_text", "text": "One word."},
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "output_text", "text": "Which country?"}]},
+            {"role": "developer", "content": "Answer in English."},
+            {"type": "message", "role": "user", "content": "France."},
+        ],
+        max_output_tokens=2,
+        temperature=0.2,
+        top_p=0.9,
+        metadata={"run": "1"},
+    )
+
+    # Then it is a Response, incomplete at max_output_tokens, counting Bedrock's tokens
+    assert (out["object"], out["model"], out["status"], out["incomplete_details"]) == (
+        "response",
+        "nova",
+        "incomplete",
+        {"reason": "max_output_tokens"},
+    )
+    assert out["output"][0]["content"] == [{"type": "output_text", "text": "Paris is", "annotations": []}]
+    assert out["usage"] == {
+        "input_tokens": 14,
+        "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+        "output_tokens": 2,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 16,
+    }
+    assert (out["instructions"], out["metadata"], out["max_output_tokens"]) == ("Be brief.", {"run": "1"}, 2)
+
+
+def test_a_plain_input_string_is_one_user_message(bedrock: tuple[BedrockBackend, Stubber]) -> None:
+    backend, stubber = bedrock
+    stubber.add_response(
+        "converse",
+        answer("Hi."),
+        {
+            "modelId": MODEL_ID,
+            "messages": [{"role": "user", "content": [{"text": "Hello"}]}],
+            "inferenceConfig": {"maxTokens": 64},
+        },
+    )
+
+    out = respond(backend, input="Hello")
+
+    assert (out["status"], out["incomplete_details"], out["output"][0]["content"][0]["text"]) == (
+        "completed",
+        None,
+        "Hi.",
+    )
+
+
+def test_a_json_schema_format_is_refused_by_bedrock_before_any_call(
+    bedrock: tuple[BedrockBackend, Stubber],
+) -> None:
+    backend, _ = bedrock
+
+    with pytest.raises(BackendError) as raised:
+        respond(backend, input="x", text={"format": {"type": "json_schema", "name": "n", "schema": {}}})
+
+    assert (raised.value.status_code, raised.value.code, raised.value.param, raised.value.message) == (
+        400,
+        "unsupported_parameter",
+        "response_format",
+        "response_format json_object is not supported by Bedrock models.",
     )

@@ -10,7 +10,9 @@ import pytest
 from batchinfer.endpoints import registry
 from batchinfer.endpoints.base import Endpoint, Usage
 from batchinfer.endpoints.chat import ChatCompletions
+from batchinfer.endpoints.completions import Completions
 from batchinfer.endpoints.infer import TokenInfer
+from batchinfer.endpoints.responses import Responses
 from batchinfer.wire.line_errors import LineError
 
 CHAT, INFER = "/v1/chat/completions", "/v2/models/{model}/infer"
@@ -29,9 +31,14 @@ class _Made(Endpoint):
         return Usage()
 
 
-def test_the_registry_lists_chat_then_token_inference() -> None:
-    assert list(registry.ENDPOINTS) == [CHAT, INFER]
-    assert [type(e) for e in registry.ENDPOINTS.values()] == [ChatCompletions, TokenInfer]
+def test_the_registry_lists_chat_token_inference_completions_and_responses() -> None:
+    assert list(registry.ENDPOINTS) == [CHAT, INFER, "/v1/completions", "/v1/responses"]
+    assert [type(e) for e in registry.ENDPOINTS.values()] == [
+        ChatCompletions,
+        TokenInfer,
+        Completions,
+        Responses,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -61,7 +68,7 @@ def test_endpoint_for_takes_a_template_or_a_url_it_matches() -> None:
         registry.endpoint_for("/v1/embeddings")
     assert str(caught.value) == (
         "unsupported batch endpoint '/v1/embeddings'; supported: "
-        "/v1/chat/completions, /v2/models/{model}/infer"
+        "/v1/chat/completions, /v2/models/{model}/infer, /v1/completions, /v1/responses"
     )
 
 
@@ -81,7 +88,11 @@ def test_register_adds_an_endpoint_once(monkeypatch: pytest.MonkeyPatch) -> None
         ("v1/chat/completions", 'urls start with "/": use "/v1/chat/completions".'),
         ("/v1/chat/completion", 'did you mean "/v1/chat/completions"?'),
         ("/v1/embedding", 'did you mean "/v1/embeddings"?'),
-        ("/x", 'known urls: "/v1/chat/completions", "/v2/models/{model}/infer"'),
+        (
+            "/x",
+            'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/completions", '
+            '"/v1/responses"',
+        ),
     ],
 )
 def test_url_hint(url: str, hint: str) -> None:

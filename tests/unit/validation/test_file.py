@@ -395,7 +395,11 @@ def test_token_endpoint_url_in_a_chat_batch_is_url_mismatch() -> None:
         ("v1/chat/completions", 'urls start with "/": use "/v1/chat/completions".'),
         ("/v1/chat/completion", 'did you mean "/v1/chat/completions"?'),
         ("/v1/chat/completions/", 'did you mean "/v1/chat/completions"?'),
-        ("/foo", 'known urls: "/v1/chat/completions", "/v2/models/{model}/infer"'),
+        (
+            "/foo",
+            'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/completions", '
+            '"/v1/responses"',
+        ),
     ],
 )
 def test_unknown_url_is_invalid_url_with_a_hint(url: str, hint: str) -> None:

@@ -14,6 +14,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path
 from batchinfer.api.errors import NotFound, documented
 from batchinfer.backends.registry import ModelRegistry, load_registry
 from batchinfer.core.settings import get_settings
+from batchinfer.endpoints.registry import ENDPOINTS
 from batchinfer.wire.messages import unknown_model
 from batchinfer.wire.openai import Model, ModelList
 
@@ -26,7 +27,13 @@ def _models(registry: ModelRegistry) -> list[Model]:
     source = FilePath(registry.source)
     created = int(source.stat().st_mtime) if source.is_file() else 0
     return [
-        Model(id=name, created=created, owned_by=registry.config(name).backend) for name in registry.names()
+        Model(
+            id=name,
+            created=created,
+            owned_by=registry.config(name).backend,
+            endpoints=[t for t, endpoint in ENDPOINTS.items() if endpoint.served_by(registry.serves(name))],
+        )
+        for name in registry.names()
     ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from batchinfer.wire.chat import ChatRequest, ChatRequestError, read_chat_request
+from batchinfer.wire.completions import CompletionRequest, read_completion_request
 from batchinfer.wire.tokens import ModelLimits, SamplingParams, TokenResult
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "RegistryError",
     "TokenBackend",
     "chat_request",
+    "completion_request",
     "require_utf8",
     "unencodable_path",
 ]
@@ -181,3 +183,14 @@ def chat_request(body: dict[str, Any], *, unsupported_by: str | None = None) -> 
     except ChatRequestError as error:
         raise BackendError(400, error.message, code=error.code, param=error.param) from None
     return request
+
+
+def completion_request(body: dict[str, Any]) -> CompletionRequest:
+    """A completions body as a raw-prompt model reads it (`batchinfer.wire.completions`). Raises
+    `BackendError(400)`: `invalid_encoding` for a lone surrogate, else the code and message of
+    `read_completion_request`."""
+    require_utf8(body)
+    try:
+        return read_completion_request(body)
+    except ChatRequestError as error:
+        raise BackendError(400, error.message, code=error.code, param=error.param) from None

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, chat_request
 from batchinfer.wire.chat import ChatCompletionResponse
+from batchinfer.wire.openai import CHAT_ENDPOINT, RESPONSES_ENDPOINT
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import BedrockConfig
@@ -59,8 +60,10 @@ class BedrockBackend:
     """A `ChatBackend` answering as registry model `name` with Bedrock model `config.model_id`.
 
     The boto3 `bedrock-runtime` client (`client`) is created on first use, in `config.region` or the
-    function's own region.
+    function's own region. `serves`: chat, and Responses translated to chat (hence to Converse).
     """
+
+    serves: ClassVar[frozenset[str]] = frozenset({CHAT_ENDPOINT, RESPONSES_ENDPOINT})
 
     def __init__(self, name: str, config: BedrockConfig) -> None:
         self.name = name

@@ -8,7 +8,9 @@ Token requests (`generate_tokens`) are sent with every parameter explicit. Chat 
 (`chat_completion`) are turned into token requests: the messages are rendered with the model's chat
 template (Jinja, sandboxed, as Hugging Face `apply_chat_template` does), tokenized with the model's
 `tokenizer.json` (the `tokenizers` library, no special tokens added: the template writes them), and
-the generated ids are decoded (special tokens skipped) into a `chat.completion`.
+the generated ids are decoded (special tokens skipped) into a `chat.completion`. Completions
+(`text_completion`) tokenize each raw prompt (the tokenizer's special tokens added, no template) and
+answer a `text_completion`, one choice per prompt.
 
 OpenAI -> token parameters: `max_completion_tokens`/`max_tokens` (else `default_max_tokens`) ->
 `max_new_tokens`; `temperature` 0 -> greedy (`do_sample` false), absent -> 1.0; `top_p` -> `top_p`
@@ -22,19 +24,27 @@ the shard worker, the one place that retries, tries again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from batchinfer.backends.base import BackendError, RegistryError, chat_request
+from batchinfer.backends.base import BackendError, RegistryError, chat_request, completion_request
 from batchinfer.backends.http import Answer, post_json, retryable_status, upstream_error
-from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
+from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest, CompletionUsage
+from batchinfer.wire.completions import (
+    DEFAULT_COMPLETION_TOKENS,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+)
 from batchinfer.wire.kserve import INT32_MAX, UINT64_MAX, token_request_body
+from batchinfer.wire.openai import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT, TOKEN_ENDPOINT
 from batchinfer.wire.tokens import ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:
@@ -73,8 +83,13 @@ class KServeV2Backend:
     """A `ChatBackend` and `TokenBackend` answering as registry model `name` through a KServe v2 server.
 
     Construction raises `RegistryError` when a configured tokenizer file does not exist; the files are
-    read on the first chat request.
+    read on the first chat request. `serves`: token requests, and with the model's tokenizer files
+    chat (Responses through chat) and completions.
     """
+
+    serves: ClassVar[frozenset[str]] = frozenset(
+        {CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT, TOKEN_ENDPOINT}
+    )
 
     def __init__(self, name: str, config: KServeV2Config) -> None:
         for option in ("tokenizer", "tokenizer_config"):
@@ -187,25 +202,12 @@ class KServeV2Backend:
         configured, and the errors of `generate_tokens`.
         """
         request = chat_request(body, unsupported_by="this model (a token server)")
-        if self.config.tokenizer is None or self.config.tokenizer_config is None:
-            raise BackendError(
-                500,
-                f"model '{self.name}' takes token ids only: set tokenizer and "
-                "tokenizer_config in the registry to serve chat requests",
-                type="server_error",
-                code="model_error",
-            )
+        self._need_tokenizer("chat")
         input_ids = self._chat_input_ids(request)
-        params = self._chat_params(request)
-        result = await self.generate_tokens(input_ids, params)
-        text = self._tokenizer.decode(result.ids, skip_special_tokens=True)
-        # The end-of-sequence token is not part of the completion (as llama.cpp and OpenAI count).
-        completion_tokens = len(result.ids) - (1 if result.ids and result.ids[-1] == self._eos_id else 0)
-        finish = result.finish_reason
-        stops = [request.stop] if isinstance(request.stop, str) else (request.stop or [])
-        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
+        max_new = request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens
+        text, finish, completion_tokens = await self._generate_text(
+            input_ids, self._params(request, max_new), request.stop
+        )
         return ChatCompletionResponse.answer(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             model=self.name,
@@ -214,6 +216,70 @@ class KServeV2Backend:
             prompt_tokens=len(input_ids),
             completion_tokens=completion_tokens,
         ).model_dump()
+
+    async def text_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer an OpenAI completions body through the token server: each prompt tokenized as it is
+        (the tokenizer's own special tokens added, no chat template), all sent at once, choice `i` for
+        `prompt[i]`; `max_tokens` defaults to OpenAI's 16.
+
+        Raises `BackendError`: 400 for the body, 400 `context_length_exceeded` (param `prompt`), 500
+        `model_error` without tokenizer files, and the errors of `generate_tokens`.
+        """
+        request = completion_request(body)
+        self._need_tokenizer("completions")
+        prompts = [self._tokenizer.encode(text, add_special_tokens=True).ids for text in request.prompts()]
+        for input_ids in prompts:
+            self._check_fits(input_ids, "prompt")
+        params = self._params(request, request.max_tokens or DEFAULT_COMPLETION_TOKENS)
+        outs = await asyncio.gather(*(self._generate_text(ids, params, request.stop) for ids in prompts))
+        choices = [
+            CompletionChoice(text=text, index=i, finish_reason=finish)
+            for i, (text, finish, _) in enumerate(outs)
+        ]
+        usage = CompletionUsage.of(sum(map(len, prompts)), sum(n for _, _, n in outs))
+        return CompletionResponse(
+            id=f"cmpl-{uuid.uuid4().hex}", model=self.name, choices=choices, usage=usage
+        ).model_dump()
+
+    def _need_tokenizer(self, what: str) -> None:
+        """Raise `BackendError(500, model_error)` unless the tokenizer files are configured (`what`:
+        the kind of request, for the message)."""
+        if self.config.tokenizer is None or self.config.tokenizer_config is None:
+            raise BackendError(
+                500,
+                f"model '{self.name}' takes token ids only: set tokenizer and "
+                f"tokenizer_config in the registry to serve {what} requests",
+                type="server_error",
+                code="model_error",
+            )
+
+    async def _generate_text(
+        self, input_ids: list[int], params: SamplingParams, stop: str | list[str] | None
+    ) -> tuple[str, str, int]:
+        """Generate after `input_ids`: (the decoded text cut at the first `stop` string, the finish
+        reason, the completion's tokens without the end-of-sequence one)."""
+        result = await self.generate_tokens(input_ids, params)
+        text = self._tokenizer.decode(result.ids, skip_special_tokens=True)
+        # The end-of-sequence token is not part of the completion (as llama.cpp and OpenAI count).
+        completion_tokens = len(result.ids) - (1 if result.ids and result.ids[-1] == self._eos_id else 0)
+        finish = result.finish_reason
+        stops = [stop] if isinstance(stop, str) else (stop or [])
+        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+        if cut >= 0:
+            text, finish = text[:cut], "stop"
+        return text, finish, completion_tokens
+
+    def _check_fits(self, input_ids: list[int], what: str) -> None:
+        """Raise `BackendError(400, context_length_exceeded, param=what)` when `input_ids` leave no room
+        in `max_seq_len` (`what`: "messages" or "prompt")."""
+        if self.config.max_seq_len is not None and len(input_ids) >= self.config.max_seq_len:
+            raise BackendError(
+                400,
+                f"This model's maximum context length is {self.config.max_seq_len} tokens. However, your "
+                f"{what} resulted in {len(input_ids)} tokens. Please reduce the length of the {what}.",
+                code="context_length_exceeded",
+                param=what,
+            )
 
     def _chat_input_ids(self, request: ChatRequest) -> list[int]:
         """The prompt's token ids: the messages through the model's chat template and tokenizer.
@@ -238,19 +304,12 @@ class KServeV2Backend:
                 param="messages",
             ) from None
         input_ids = self._tokenizer.encode(prompt, add_special_tokens=False).ids
-        if self.config.max_seq_len is not None and len(input_ids) >= self.config.max_seq_len:
-            raise BackendError(
-                400,
-                f"This model's maximum context length is {self.config.max_seq_len} tokens. However, your "
-                f"messages resulted in {len(input_ids)} tokens. Please reduce the length of the messages.",
-                code="context_length_exceeded",
-                param="messages",
-            )
+        self._check_fits(input_ids, "messages")
         return input_ids
 
-    def _chat_params(self, request: ChatRequest) -> SamplingParams:
-        """The token server's sampling parameters for a chat request (temperature or top_p 0: greedy)."""
-        max_new = request.max_completion_tokens or request.max_tokens or self.config.default_max_tokens
+    def _params(self, request: ChatRequest | CompletionRequest, max_new: int) -> SamplingParams:
+        """The token server's sampling parameters for a chat or completions request, up to `max_new`
+        tokens (temperature or top_p 0: greedy)."""
         greedy = request.temperature == 0 or request.top_p == 0
         return SamplingParams(
             do_sample=not greedy,

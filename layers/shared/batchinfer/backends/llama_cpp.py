@@ -32,12 +32,19 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.backends.base import BackendError, chat_request, completion_request
 from batchinfer.backends.llama_engine import EngineTimeout, LlamaEngine, usable_cpus
 from batchinfer.core.observability import logger
-from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest
+from batchinfer.wire.chat import ChatCompletionResponse, ChatRequest, CompletionUsage
+from batchinfer.wire.completions import (
+    DEFAULT_COMPLETION_TOKENS,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+)
+from batchinfer.wire.openai import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT, TOKEN_ENDPOINT
 from batchinfer.wire.tokens import DEFAULT_PRIORITY, DEFAULT_TOP_K, ModelLimits, SamplingParams, TokenResult
 
 if TYPE_CHECKING:  # llama-cpp-python (and its jinja2) are imported where used: the zip functions'
@@ -154,6 +161,19 @@ def _shared_engine(key: _EngineKey) -> _Loaded:
         return loaded
 
 
+def _check_fits(prompt: list[int], n_ctx: int, what: str) -> None:
+    """Raise `BackendError(400, context_length_exceeded, param=what)` unless at least one completion
+    token fits after `prompt` (`what`: "messages" or "prompt", for the message)."""
+    if len(prompt) >= n_ctx:
+        raise BackendError(
+            400,
+            f"This model's maximum context length is {n_ctx} tokens. However, your "
+            f"{what} resulted in {len(prompt)} tokens. Please reduce the length of the {what}.",
+            code="context_length_exceeded",
+            param=what,
+        )
+
+
 def _model_error(exc: Exception, failure: str = "The model failed") -> BackendError:
     # llama.cpp's errors are plain ValueError/RuntimeError: the server's fault, not retryable.
     return BackendError(
@@ -168,8 +188,13 @@ class LlamaCppBackend:
     the engine loads on the first request, once per process for all backends sharing the file and
     its settings. `concurrency_hint` is how many requests are worth having in flight here: the
     engine's sequences, plus a quarter of them waiting so that a freed sequence is refilled in the
-    next step (the shard worker keeps that many in flight).
+    next step (the shard worker keeps that many in flight). `serves`: the batch endpoints it answers
+    (Responses through chat, see `batchinfer.endpoints.responses`).
     """
+
+    serves: ClassVar[frozenset[str]] = frozenset(
+        {CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT, TOKEN_ENDPOINT}
+    )
 
     def __init__(self, name: str, config: LlamaCppConfig) -> None:
         self.name = name
@@ -234,6 +259,51 @@ class LlamaCppBackend:
         logger.debug("llama.cpp answered", extra={"completion_id": answer["id"], "usage": answer["usage"]})
         return answer
 
+    async def text_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one OpenAI completions body with a `text_completion` dict: each prompt tokenized as
+        it is (no chat template) and generated on the engine beside every other request, choice `i`
+        for `prompt[i]`; `max_tokens` defaults to OpenAI's 16. `usage` adds up the prompts.
+
+        Raises `BackendError`: 400 for the body (`invalid_encoding`, `invalid_value`,
+        `unsupported_value`, ...), 400 `context_length_exceeded` (param `prompt`), 500 `model_error`.
+        """
+        request = completion_request(body)
+        loaded = await self._loaded()
+        prompts = [self._raw_prompt(loaded, text) for text in request.prompts()]
+        stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        try:
+            outs = await asyncio.gather(
+                *(
+                    loaded.engine.generate(
+                        prompt,
+                        self._chat_sampler(loaded, request),
+                        max_new_tokens=request.max_tokens or DEFAULT_COMPLETION_TOKENS,
+                        stop=[s.encode("utf-8") for s in stop],
+                        priority=DEFAULT_PRIORITY,
+                    )
+                    for prompt in prompts
+                )
+            )
+        except RuntimeError as exc:
+            raise _model_error(exc) from exc
+        choices = [
+            CompletionChoice(
+                text=out.text.decode("utf-8", errors="ignore"), index=i, finish_reason=out.finish_reason
+            )
+            for i, out in enumerate(outs)
+        ]
+        usage = CompletionUsage.of(sum(map(len, prompts)), sum(len(out.tokens) for out in outs))
+        return CompletionResponse(
+            id=f"cmpl-{uuid.uuid4()}", model=self.name, choices=choices, usage=usage
+        ).model_dump()
+
+    def _raw_prompt(self, loaded: _Loaded, text: str) -> list[int]:
+        """`text` tokenized as llama-cpp-python's `create_completion` does (the model's BOS, special
+        tokens parsed); raises `BackendError(400)` when it leaves no room in `n_ctx`."""
+        prompt = loaded.engine.model.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        _check_fits(prompt, loaded.engine.n_ctx, "prompt")
+        return prompt
+
     def withdraw_waiting(self) -> int:
         """Give back every request still waiting for one of the engine's sequences
         (`backends.base.Withdrawable`): each raises `RequestNotStarted`; those being generated go on.
@@ -263,19 +333,11 @@ class LlamaCppBackend:
         prompt = loaded.engine.model.tokenize(
             rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True
         )
-        # At least one completion token must fit.
-        if len(prompt) >= loaded.engine.n_ctx:
-            raise BackendError(
-                400,
-                f"This model's maximum context length is {loaded.engine.n_ctx} tokens. However, your "
-                f"messages resulted in {len(prompt)} tokens. Please reduce the length of the messages.",
-                code="context_length_exceeded",
-                param="messages",
-            )
+        _check_fits(prompt, loaded.engine.n_ctx, "messages")
         template_stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop]
         return prompt, [s for s in template_stop if s]
 
-    def _chat_sampler(self, loaded: _Loaded, request: ChatRequest) -> LlamaSampler:
+    def _chat_sampler(self, loaded: _Loaded, request: ChatRequest | CompletionRequest) -> LlamaSampler:
         """The request's sampler chain, in the order of llama-cpp-python's `Llama._init_sampler`:
         penalties, the JSON grammar, then greedy (temperature 0) or top-k, typical (off), top-p,
         min-p, temperature and a seeded draw."""

@@ -1,17 +1,21 @@
-"""The HTTP backend: any server speaking OpenAI's `POST /chat/completions` (vLLM, TGI, Ollama, ...).
+"""The HTTP backend: any server speaking OpenAI's `POST /chat/completions` (vLLM, TGI, Ollama, ...), and
+its `/completions` and `/responses` where it has them.
 
-It sends one request and maps the outcome to a `chat.completion` dict or a `BackendError`; it never
-retries (the shard worker owns retries and their budget), it only says whether a retry may succeed.
+It sends one request and maps the outcome to the answer's dict or a `BackendError`; it never retries
+(the shard worker owns retries and their budget), it only says whether a retry may succeed. A server
+without `/responses` answers those lines with its 404 (no fallback to chat: its answer would not be
+the Responses API the batch asked for, and a 404 may also mean an unknown model).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, RegistryError, require_utf8
 from batchinfer.backends.http import Answer, post_json, upstream_error
+from batchinfer.wire.openai import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import OpenAICompatConfig
@@ -62,12 +66,16 @@ class OpenAICompatBackend:
     The body goes to `{base_url}/chat/completions` with `model` replaced by the upstream name and any
     `stream` flag removed (a batch never streams); the answer comes back with `model` set to `name`.
     Construction raises `RegistryError` when `api_key_env` names an unset environment variable.
+    `serves`: the batch endpoints it passes through, each to the server's own url.
     """
+
+    serves: ClassVar[frozenset[str]] = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT})
 
     def __init__(self, name: str, config: OpenAICompatConfig) -> None:
         self.name = name
         self.config = config
-        self.url = str(config.base_url).rstrip("/") + "/chat/completions"
+        self.base_url = str(config.base_url).rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         self.timeout = config.timeout
         api_key: str | None = None
         if config.api_key is not None:
@@ -92,19 +100,34 @@ class OpenAICompatBackend:
         - 502 `upstream_unavailable`, retryable: connection refused/reset, protocol errors;
         - 504 `timeout`, retryable: no full answer within `timeout` seconds.
         """
+        return await self._forward(self.url, body, "choices", "a chat completion")
+
+    async def text_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send one completions body to `{base_url}/completions`; its `text_completion` with our model
+        name. Raises `BackendError` as `chat_completion` does."""
+        return await self._forward(self.base_url + "/completions", body, "choices", "a text completion")
+
+    async def create_response(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send one Responses body to `{base_url}/responses`; its Response object with our model name.
+        Raises `BackendError` as `chat_completion` does (the server's 404 when it has no `/responses`)."""
+        return await self._forward(self.base_url + "/responses", body, "output", "a Response")
+
+    async def _forward(self, url: str, body: dict[str, Any], key: str, what: str) -> dict[str, Any]:
+        """POST `body` (upstream model name, no streaming) to `url`; the answer, which must be an object
+        with a list at `key` (`what` names it in the error)."""
         payload = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
         payload["model"] = self.config.model
         try:
-            response = await post_json(self.url, payload, timeout=self.timeout, headers=self._headers)
+            response = await post_json(url, payload, timeout=self.timeout, headers=self._headers)
         except UnicodeEncodeError:  # found while encoding the body (not by a walk of every request)
             require_utf8(payload)  # raises, naming the string
             raise
         if 200 <= response.status < 300:
-            return self._completion(response)
+            return self._completion(response, key, what)
         message, err_type, code, param = _error_fields(response)
         raise upstream_error(response, message, type=err_type, code=code, param=param)
 
-    def _completion(self, response: Answer) -> dict[str, Any]:
+    def _completion(self, response: Answer, key: str, what: str) -> dict[str, Any]:
         try:
             data = response.json()
         except (ValueError, UnicodeDecodeError) as exc:
@@ -115,10 +138,10 @@ class OpenAICompatBackend:
                 code="bad_response",
                 retryable=True,
             ) from None
-        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        if not isinstance(data, dict) or not isinstance(data.get(key), list):
             raise BackendError(
                 502,
-                "The model server's answer is not a chat completion (no 'choices' list).",
+                f"The model server's answer is not {what} (no '{key}' list).",
                 type="server_error",
                 code="bad_response",
                 retryable=True,

@@ -144,6 +144,11 @@ class ModelRegistry:
         except KeyError:
             raise ModelNotFound(name) from None
 
+    def serves(self, name: str) -> frozenset[str]:
+        """The batch endpoint templates model `name`'s backend kind declares (its class's `serves`),
+        without building the backend. Raises `ModelNotFound` for an unknown name."""
+        return _BACKENDS[self.config(name).backend]().serves  # type: ignore[attr-defined]
+
     def backend(self, name: str) -> ChatBackend:
         """The backend serving model `name`, built on first call and reused for the process's life.
 

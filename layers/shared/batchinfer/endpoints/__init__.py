@@ -4,6 +4,7 @@
   model a line names, how a backend serves it, the result body model, usage counting).
 - `chat`: `/v1/chat/completions`.
 - `infer`: `/v2/models/{model}/infer` (KServe v2 token requests).
+- `completions`: `/v1/completions`; `responses`: `/v1/responses` (text).
 - `registry`: `ENDPOINTS`, url matching, `register`.
 
 A layer of its own between `infer` and `validation`: an endpoint says how a backend serves it (the

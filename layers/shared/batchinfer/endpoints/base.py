@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from batchinfer.wire.line_errors import LineError
 
-__all__ = ["Endpoint", "Server", "Usage"]
+__all__ = ["BackendServer", "Endpoint", "Server", "Usage"]
 
 
 class Server(Protocol):
@@ -30,6 +30,26 @@ class Server(Protocol):
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """The result body of one request body (a dict as served in output.jsonl)."""
         ...
+
+
+class BackendServer:
+    """A `Server` that answers an endpoint's bodies through a backend's own methods (a subclass says
+    which in `chat_completion`). It has the backend's `concurrency_hint`, and `withdraw_waiting`
+    gives back what the backend holds waiting (0 when it holds nothing: see `backends.base.Withdrawable`).
+    """
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.concurrency_hint: int | None = getattr(backend, "concurrency_hint", None)
+
+    async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The result body of one request body; raises `BackendError`."""
+        raise NotImplementedError
+
+    def withdraw_waiting(self) -> int:
+        """The backend's `withdraw_waiting()`, or 0 when it has none."""
+        withdraw = getattr(self.backend, "withdraw_waiting", None)
+        return withdraw() if withdraw is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +71,8 @@ class Endpoint(ABC):
       error messages (`body.model`, `url`).
     - `server(backend)`: how a registry model's backend answers the bodies (see `Server`).
     - `result_model`: the result body a success line carries; `usage(result)` its token counts.
+    - `served_by(serves)`: whether a backend serving the templates `serves` (its `serves` attribute)
+      can answer this endpoint.
     - `plain_body`: an optional fast check (None: none), True only for bodies `check_body` accepts
       (False says nothing), for the common line of a large file.
     """
@@ -73,6 +95,12 @@ class Endpoint(ABC):
     @abstractmethod
     def usage(self, result: dict[str, Any]) -> Usage:
         """The tokens a success line's result body counts (zero where it says nothing)."""
+
+    def served_by(self, serves: frozenset[str]) -> bool:
+        """Whether a backend that declares `serves` (endpoint templates) answers this endpoint: by default
+        when it lists this template. An endpoint that `server` translates onto another one (a plug-in
+        answered through chat) says so here."""
+        return self.template in serves
 
     def server(self, backend: Any) -> Server:
         """What answers this endpoint's bodies on `backend` (a registry model's backend): the backend

@@ -17,7 +17,17 @@ from batchinfer.wire.chat import RULES, ChatCompletionBody, ChatCompletionRespon
 from batchinfer.wire.line_errors import ErrorCode, LineError, line_errors
 from batchinfer.wire.openai import CHAT_ENDPOINT
 
-__all__ = ["ChatCompletions", "check_chat_body"]
+__all__ = ["ChatCompletions", "check_chat_body", "streaming_error"]
+
+
+def streaming_error(line: int) -> LineError:
+    """The `streaming_unsupported` error of a body with `"stream": true` on input line `line`."""
+    return LineError(
+        code=ErrorCode.STREAMING_UNSUPPORTED,
+        message=f'Line {line}: "stream": true is not supported in a batch; remove it or set it to false.',
+        param="body.stream",
+        line=line,
+    )
 
 
 def check_chat_body(body: dict[str, Any], line: int) -> list[LineError]:
@@ -26,15 +36,7 @@ def check_chat_body(body: dict[str, Any], line: int) -> list[LineError]:
         return []
     errors = []
     if body.get("stream") is True:
-        errors.append(
-            LineError(
-                code=ErrorCode.STREAMING_UNSUPPORTED,
-                message=f'Line {line}: "stream": true is not supported in a batch; '
-                "remove it or set it to false.",
-                param="body.stream",
-                line=line,
-            )
-        )
+        errors.append(streaming_error(line))
     try:
         ChatCompletionBody.model_validate(body)
     except ValidationError as exc:

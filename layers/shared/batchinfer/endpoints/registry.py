@@ -11,7 +11,9 @@ import re
 
 from batchinfer.endpoints.base import Endpoint
 from batchinfer.endpoints.chat import ChatCompletions
+from batchinfer.endpoints.completions import Completions
 from batchinfer.endpoints.infer import TokenInfer
+from batchinfer.endpoints.responses import Responses
 from batchinfer.wire.messages import safe
 
 __all__ = ["ENDPOINTS", "OTHER_OPENAI_URLS", "endpoint_for", "find_endpoint", "register", "url_hint"]
@@ -22,11 +24,13 @@ ENDPOINTS: dict[str, Endpoint] = {
     for endpoint in (
         ChatCompletions(),
         TokenInfer(),
+        Completions(),
+        Responses(),
     )
 }
 # Endpoints of the OpenAI Batch API that this service does not serve: a line naming one of them is
 # in the wrong batch (`url_mismatch`), not a typo (`invalid_url`).
-OTHER_OPENAI_URLS = frozenset({"/v1/responses", "/v1/embeddings", "/v1/completions", "/v1/moderations"})
+OTHER_OPENAI_URLS = frozenset({"/v1/embeddings", "/v1/moderations"})
 
 
 def register(endpoint: Endpoint) -> Endpoint:

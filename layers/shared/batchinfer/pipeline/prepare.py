@@ -155,6 +155,7 @@ def _validator(header: BatchHeader) -> FileValidator:
         max_errors=settings.max_line_errors,
         model_names=registry.names(),
         max_error_bytes=settings.max_errors_bytes,
+        serves=registry.serves,
     )
 
 

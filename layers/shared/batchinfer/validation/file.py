@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import orjson
@@ -82,13 +82,15 @@ class FileValidator:
 
     Rules (OpenAI Batch API, see the module docstring): one model per file (`model_mismatch`, named
     against the first model), known models only (`model_not_found`, naming the closest of
-    `model_names`), unique `custom_id`s compared
-    exactly (case and whitespace matter), every `url` equal to the batch `endpoint` (`url_mismatch`
-    for another known endpoint, `invalid_url` for an unknown one). A url without its leading slash
-    ("v1/chat/completions") is rejected as `invalid_url` with the fix in the message rather than
-    normalised: guessing would accept files that OpenAI rejects. A UTF-16/UTF-32 file fails once
-    with `invalid_encoding` at its first non-blank line and the rest is not examined; so does a file
-    whose first non-blank line starts a JSON array (`invalid_json_line`, with the JSON Lines hint). Limits:
+    `model_names`), models whose backend serves the endpoint (`endpoint_not_supported`, naming the
+    models of `model_names` that do; `serves` gives a model's endpoint templates, None: all), unique
+    `custom_id`s compared exactly (case and whitespace matter), every `url` equal to the batch
+    `endpoint` (`url_mismatch` for another known endpoint, `invalid_url` for an unknown one). A url
+    without its leading slash ("v1/chat/completions") is rejected as `invalid_url` with the fix in
+    the message rather than normalised: guessing would accept files that OpenAI rejects. A
+    UTF-16/UTF-32 file fails once with `invalid_encoding` at its first non-blank line and the rest
+    is not examined; so does a file whose first non-blank line starts a JSON array
+    (`invalid_json_line`, with the JSON Lines hint). Limits:
     `max_requests` non-blank lines (`too_many_tasks`), `max_file_bytes` (`file_too_large`),
     `max_line_bytes` per line (`line_too_large`). Memory does not grow with the file: the seen
     `custom_id`s are a `SeenIds` sized by `max_requests`.
@@ -107,10 +109,12 @@ class FileValidator:
         max_errors: int = 1000,
         model_names: Iterable[str] = (),
         max_error_bytes: int = 100 * 1024,
+        serves: Callable[[str], Collection[str]] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._endpoint = found = endpoint_for(endpoint)
         self.is_known_model = is_known_model
+        self.serves = serves
         self.model_names = list(model_names)
         self.max_requests = max_requests
         self.max_file_bytes = max_file_bytes
@@ -124,7 +128,8 @@ class FileValidator:
         self.request_count = 0
         self.model: str | None = None
         self._model_line = 0
-        self._model_known: bool | None = None
+        self._model_found = False  # the registry lists the file's model
+        self._model_known: bool | None = None  # ... and it serves the endpoint
         self._seen = SeenIds(max_requests)
         self._plain_body = found.plain_body  # `_feed_plain` needs the endpoint's fast body check
         self._url: str | None = None  # the last url that matched the endpoint, and its match
@@ -408,16 +413,35 @@ class FileValidator:
             )
             return False
         if self._model_known is None:
-            self._model_known = self.is_known_model(model)
+            self._model_found = self.is_known_model(model)
+            self._model_known = self._model_found and self._served_by(model)
         if not self._model_known:
-            self._add(
-                ErrorCode.MODEL_NOT_FOUND,
-                f"Line {n}: {unknown_model(model, self.model_names)}",
-                param=param,
-                line=n,
-            )
+            if not self._model_found:
+                self._add(
+                    ErrorCode.MODEL_NOT_FOUND,
+                    f"Line {n}: {unknown_model(model, self.model_names)}",
+                    param=param,
+                    line=n,
+                )
+            else:
+                self._not_served(model, n)
             return False
         return True
+
+    def _served_by(self, model: str) -> bool:
+        """Whether `model`'s backend serves the batch's endpoint (True without `serves`)."""
+        return self.serves is None or self._endpoint.served_by(frozenset(self.serves(model)))
+
+    def _not_served(self, model: str, n: int) -> None:
+        """Record `endpoint_not_supported` for `model` on line `n`, naming the models that serve it."""
+        able = [quote(name) for name in self.model_names if self._served_by(name)]
+        which = f"models that do: {', '.join(able)}" if able else "no model of this deployment does"
+        self._add(
+            ErrorCode.ENDPOINT_NOT_SUPPORTED,
+            f"Line {n}: model {quote(model)} does not serve {self._endpoint.template}; {which}.",
+            param=self._endpoint.model_param,
+            line=n,
+        )
 
     def finish(self, total_bytes: int) -> None:
         """Add the file-level errors once all lines were fed: `file_too_large` when `total_bytes`

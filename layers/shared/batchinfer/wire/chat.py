@@ -21,6 +21,7 @@ Fields, types and ranges from OpenAI's API reference
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -107,6 +108,13 @@ def _check_stop(value: Any) -> Any:
 Stop = Annotated[Any, AfterValidator(_check_stop)]
 
 
+# Field types shared by the request bodies (chat, completions, responses).
+PositiveInt = Annotated[int, Field(ge=1)]
+Temperature = Annotated[float, Field(ge=0, le=2)]
+TopP = Annotated[float, Field(ge=0, le=1)]
+OneChoice = Annotated[int, Field(ge=1, le=1)]
+
+
 class ChatCompletionBody(BaseModel):
     """The checked fields of a `/v1/chat/completions` body, strictly (see the module docstring)."""
 
@@ -114,11 +122,11 @@ class ChatCompletionBody(BaseModel):
 
     model: NonEmptyStr
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    n: Annotated[int, Field(ge=1, le=1)] | None = None
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    n: OneChoice | None = None
     stop: Stop = None
     seed: int | None = None
     stream: bool | None = None
@@ -239,6 +247,8 @@ class ResponseFormat(BaseModel):
 
 
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+# Stop strings a model can use (none empty).
+UsableStop = Annotated[Stop, AfterValidator(_non_empty_stops)]
 
 
 class ChatRequest(ChatCompletionBody):
@@ -279,6 +289,29 @@ class ChatRequestError(ValueError):
         self.message, self.code, self.param = message, code, param
 
 
+def request_error(exc: ValidationError, unsupported: Callable[[str, str], str | None]) -> ChatRequestError:
+    """The `ChatRequestError` of `exc`'s first problem: `missing_required_parameter`, else
+    `unsupported_value` with the message `unsupported(param, pydantic error type)` gives (None: not
+    that), else `invalid_value` with pydantic's reason."""
+    first = exc.errors(include_url=False)[0]
+    param = loc_path(first["loc"])
+    if first["type"] == "missing":
+        return ChatRequestError(
+            f"Missing required parameter: '{param}'.", "missing_required_parameter", param
+        )
+    if (message := unsupported(param, first["type"])) is not None:
+        return ChatRequestError(message, "unsupported_value", param)
+    # pydantic prefixes our validators' messages with "Value error, ".
+    reason = first["msg"].removeprefix("Value error, ")
+    return ChatRequestError(f"Invalid value for '{param}': {reason}.", "invalid_value", param)
+
+
+def _only_one_choice(param: str, kind: str) -> str | None:
+    if param == "n" and kind in ("greater_than_equal", "less_than_equal"):
+        return "Only n=1 is supported by this model."
+    return None
+
+
 def read_chat_request(body: dict[str, Any]) -> ChatRequest:
     """`body` as a `ChatRequest`; raises `ChatRequestError` naming the first problem.
 
@@ -289,17 +322,7 @@ def read_chat_request(body: dict[str, Any]) -> ChatRequest:
     try:
         request = ChatRequest.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        param = loc_path(first["loc"])
-        if first["type"] == "missing":
-            raise ChatRequestError(
-                f"Missing required parameter: '{param}'.", "missing_required_parameter", param
-            ) from None
-        if param == "n" and first["type"] in ("greater_than_equal", "less_than_equal"):
-            raise ChatRequestError("Only n=1 is supported by this model.", "unsupported_value", "n") from None
-        # pydantic prefixes our validators' messages with "Value error, ".
-        reason = first["msg"].removeprefix("Value error, ")
-        raise ChatRequestError(f"Invalid value for '{param}': {reason}.", "invalid_value", param) from None
+        raise request_error(exc, _only_one_choice) from None
     if request.logprobs:
         raise ChatRequestError(
             "logprobs are not supported by this model.", "unsupported_parameter", "logprobs"

@@ -26,6 +26,7 @@ class ErrorCode(StrEnum):
     STREAMING_UNSUPPORTED = "streaming_unsupported"
     MODEL_MISMATCH = "model_mismatch"
     MODEL_NOT_FOUND = "model_not_found"
+    ENDPOINT_NOT_SUPPORTED = "endpoint_not_supported"
     EMPTY_FILE = "empty_file"
     TOO_MANY_TASKS = "too_many_tasks"
     FILE_TOO_LARGE = "file_too_large"

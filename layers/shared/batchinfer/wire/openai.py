@@ -14,18 +14,30 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from batchinfer.wire.status import BatchStatus
 
 CHAT_ENDPOINT = "/v1/chat/completions"
+COMPLETIONS_ENDPOINT = "/v1/completions"
+RESPONSES_ENDPOINT = "/v1/responses"
+TOKEN_ENDPOINT = "/v2/models/{model}/infer"
 InputSource = Literal["file", "user_s3", "user_cos"]
 OutputTarget = Literal["file", "user_s3", "user_cos"]
-# Batch endpoints: chat completions, or token inference on one model (KServe v2 / MindIE).
-ENDPOINT_PATTERN = r"^(/v1/chat/completions|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
+# Batch endpoints: the OpenAI urls served (every template of `batchinfer.endpoints.registry` but the
+# `/v2` one), or token inference on one model (KServe v2 / MindIE).
+OPENAI_BATCH_URLS = (
+    CHAT_ENDPOINT,
+    COMPLETIONS_ENDPOINT,
+    RESPONSES_ENDPOINT,
+)
+ENDPOINT_PATTERN = (
+    "^(" + "|".join(map(re.escape, OPENAI_BATCH_URLS)) + r"|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
+)
 _WINDOW = re.compile(r"^(\d{1,3})h$")
 MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
 WINDOW_PATTERN = r"^[1-9][0-9]{0,2}h$"
 # The sentence that replaces pydantic's "String should match pattern '...'" for each pattern of a
 # request body: a user should not have to read a regex (the OpenAPI document still shows them).
 PATTERN_RULES = {
-    ENDPOINT_PATTERN: 'is not a batch endpoint: use "/v1/chat/completions", or "/v2/models/{model}/infer" '
-    "for KServe v2 token requests",
+    ENDPOINT_PATTERN: "is not a batch endpoint: use "
+    + ", ".join(f'"{url}"' for url in OPENAI_BATCH_URLS)
+    + ', or "/v2/models/{model}/infer" for KServe v2 token requests',
     WINDOW_PATTERN: f'is not a completion window: give whole hours from "{MIN_WINDOW_HOURS}h" to '
     f'"{MAX_WINDOW_HOURS}h", e.g. "24h"',
 }
@@ -216,8 +228,8 @@ class CreateBatchRequest(BaseModel):
     endpoint: str | None = Field(
         None,
         pattern=ENDPOINT_PATTERN,
-        description="/v1/chat/completions or /v2/models/{model}/infer (KServe v2 token requests); "
-        "required unless input_source is user_s3 or user_cos",
+        description=", ".join(OPENAI_BATCH_URLS) + " or /v2/models/{model}/infer (KServe v2 token "
+        "requests); required unless input_source is user_s3 or user_cos",
     )
     completion_window: str = Field("24h", pattern=WINDOW_PATTERN, description="whole hours, '1h' to '168h'")
     metadata: Metadata = None
@@ -321,12 +333,14 @@ class Upload(BaseModel):
 
 class Model(BaseModel):
     """OpenAI's Model object (https://platform.openai.com/docs/api-reference/models/object):
-    `created` in Unix seconds, `owned_by` here the backend that serves it (llama_cpp, openai, ...)."""
+    `created` in Unix seconds, `owned_by` here the backend that serves it (llama_cpp, openai, ...);
+    one field of ours, `endpoints`: the batch endpoints (templates) a line may use it with."""
 
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    endpoints: list[str] = Field(default_factory=list)
 
 
 class ModelList(BaseModel):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from batchinfer_local import cli
-from batchinfer_local.cli.batches import ending_line, metadata, status_lines
+from batchinfer_local.cli.batches import ending_line, file_endpoint, metadata, status_lines
 from batchinfer_local.client import BatchClient
 
 
@@ -136,3 +137,39 @@ def test_status_prints_the_summary_and_json_the_whole_object(
     )
     assert cli.main(["status", "batch_1", "--api-key", "k", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == batch
+
+
+def test_submit_without_endpoint_takes_the_files_url(tmp_path: Path) -> None:
+    # Given a file of completions lines, one of them not JSON (the server reports it)
+    path = tmp_path / "in.jsonl"
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {}}
+    path.write_text(json.dumps(line) + "\n\nnot json\n" + json.dumps({**line, "custom_id": "b"}) + "\n")
+
+    assert cli.build_parser().parse_args(["submit", str(path)]).endpoint is None
+    assert file_endpoint(path) == "/v1/completions"
+
+
+def test_a_file_without_urls_is_a_chat_batch(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("[1]\n")
+
+    assert file_endpoint(path) == "/v1/chat/completions"
+
+
+def test_a_file_mixing_urls_is_a_usage_error_naming_the_first_line_of_each(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"custom_id": str(n), "method": "POST", "url": url, "body": {}}) + "\n"
+            for n, url in enumerate(["/v1/responses", "/v1/responses", "/v1/chat/completions"])
+        )
+    )
+
+    with pytest.raises(cli.CliError) as raised:
+        file_endpoint(path)
+
+    assert (str(raised.value), raised.value.code) == (
+        f"error: {path} mixes urls: /v1/responses (line 1), /v1/chat/completions (line 3); a batch has one "
+        "endpoint: split the file, or give --endpoint to have the other lines reported",
+        2,
+    )
