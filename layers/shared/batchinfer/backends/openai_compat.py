@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, RegistryError, require_utf8
 from batchinfer.backends.http import Answer, post_json, upstream_error
@@ -59,15 +59,21 @@ def _error_fields(response: Answer) -> tuple[str, str | None, str | None, str | 
 class OpenAICompatBackend:
     """A `ChatBackend` answering as registry model `name` by forwarding to an OpenAI-compatible server.
 
-    The body goes to `{base_url}/chat/completions` with `model` replaced by the upstream name and any
-    `stream` flag removed (a batch never streams); the answer comes back with `model` set to `name`.
+    It passes through chat completions and embeddings (vLLM and TGI serve the latter from an
+    embedding model); whether the upstream model answers an endpoint is the upstream's to say.
+    The body goes to `{base_url}/chat/completions` (`/embeddings`) with `model` replaced by the
+    upstream name and any `stream` flag removed (a batch never streams); the answer comes back with
+    `model` set to `name`.
     Construction raises `RegistryError` when `api_key_env` names an unset environment variable.
     """
+
+    serves: ClassVar[frozenset[str]] = frozenset({"/v1/chat/completions", "/v1/embeddings"})
 
     def __init__(self, name: str, config: OpenAICompatConfig) -> None:
         self.name = name
         self.config = config
         self.url = str(config.base_url).rstrip("/") + "/chat/completions"
+        self.embeddings_url = str(config.base_url).rstrip("/") + "/embeddings"
         self.timeout = config.timeout
         api_key: str | None = None
         if config.api_key is not None:
@@ -93,18 +99,32 @@ class OpenAICompatBackend:
         - 504 `timeout`, retryable: no full answer within `timeout` seconds.
         """
         payload = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
+        return self._answer(await self._post(self.url, payload), "choices", "a chat completion")
+
+    async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send one embeddings body to `{base_url}/embeddings`; return its answer with our model name.
+
+        Raises `BackendError` as `chat_completion` does; 502 `bad_response` when a 2xx body has no
+        `data` list.
+        """
+        answer = await self._post(self.embeddings_url, dict(body))
+        return self._answer(answer, "data", "an embeddings list")
+
+    async def _post(self, url: str, payload: dict[str, Any]) -> Answer:
+        """POST `payload` with the upstream model name; the 2xx answer, else raise its `BackendError`."""
         payload["model"] = self.config.model
         try:
-            response = await post_json(self.url, payload, timeout=self.timeout, headers=self._headers)
+            response = await post_json(url, payload, timeout=self.timeout, headers=self._headers)
         except UnicodeEncodeError:  # found while encoding the body (not by a walk of every request)
             require_utf8(payload)  # raises, naming the string
             raise
         if 200 <= response.status < 300:
-            return self._completion(response)
+            return response
         message, err_type, code, param = _error_fields(response)
         raise upstream_error(response, message, type=err_type, code=code, param=param)
 
-    def _completion(self, response: Answer) -> dict[str, Any]:
+    def _answer(self, response: Answer, key: str, what: str) -> dict[str, Any]:
+        """The JSON body of a 2xx answer, which must have a `key` list (`what` it is, for the message)."""
         try:
             data = response.json()
         except (ValueError, UnicodeDecodeError) as exc:
@@ -115,10 +135,10 @@ class OpenAICompatBackend:
                 code="bad_response",
                 retryable=True,
             ) from None
-        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        if not isinstance(data, dict) or not isinstance(data.get(key), list):
             raise BackendError(
                 502,
-                "The model server's answer is not a chat completion (no 'choices' list).",
+                f"The model server's answer is not {what} (no '{key}' list).",
                 type="server_error",
                 code="bad_response",
                 retryable=True,

@@ -56,12 +56,19 @@ def _bedrock() -> Callable[[str, Any], ChatBackend]:
     return BedrockBackend
 
 
+def _llama_embed() -> Callable[[str, Any], ChatBackend]:
+    from batchinfer.backends.llama_embed import LlamaEmbedBackend
+
+    return LlamaEmbedBackend  # type: ignore[return-value]  # an embeddings backend: no chat
+
+
 # A config's `backend` tag -> its backend class, imported when the first model of that kind is built.
 _BACKENDS: dict[str, Callable[[], Callable[[str, Any], ChatBackend]]] = {
     "llama_cpp": _llama_cpp,
     "openai": _openai,
     "kserve_v2": _kserve_v2,
     "bedrock": _bedrock,
+    "llama_embed": _llama_embed,
 }
 
 

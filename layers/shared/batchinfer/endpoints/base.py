@@ -51,6 +51,7 @@ class Endpoint(ABC):
       error messages (`body.model`, `url`).
     - `server(backend)`: how a registry model's backend answers the bodies (see `Server`).
     - `result_model`: the result body a success line carries; `usage(result)` its token counts.
+    - `max_batch_inputs` and `inputs(body)`: a batch-wide cap on inputs (embeddings: 50,000).
     - `plain_body`: an optional fast check (None: none), True only for bodies `check_body` accepts
       (False says nothing), for the common line of a large file.
     """
@@ -61,6 +62,8 @@ class Endpoint(ABC):
     body_model: ClassVar[type[BaseModel]]
     result_model: ClassVar[type[BaseModel]]
     plain_body: ClassVar[Callable[[dict[str, Any]], bool] | None] = None
+    # The most inputs (see `inputs`) a whole batch may hold; None: no limit beyond its line count.
+    max_batch_inputs: ClassVar[int | None] = None
 
     @abstractmethod
     def check_body(self, body: dict[str, Any], line: int) -> list[LineError]:
@@ -73,6 +76,10 @@ class Endpoint(ABC):
     @abstractmethod
     def usage(self, result: dict[str, Any]) -> Usage:
         """The tokens a success line's result body counts (zero where it says nothing)."""
+
+    def inputs(self, body: dict[str, Any]) -> int:
+        """How many inputs a valid body counts toward `max_batch_inputs` (one unless the endpoint says)."""
+        return 1
 
     def server(self, backend: Any) -> Server:
         """What answers this endpoint's bodies on `backend` (a registry model's backend): the backend

@@ -11,6 +11,7 @@ import re
 
 from batchinfer.endpoints.base import Endpoint
 from batchinfer.endpoints.chat import ChatCompletions
+from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
 from batchinfer.wire.messages import safe
 
@@ -22,11 +23,12 @@ ENDPOINTS: dict[str, Endpoint] = {
     for endpoint in (
         ChatCompletions(),
         TokenInfer(),
+        Embeddings(),
     )
 }
 # Endpoints of the OpenAI Batch API that this service does not serve: a line naming one of them is
 # in the wrong batch (`url_mismatch`), not a typo (`invalid_url`).
-OTHER_OPENAI_URLS = frozenset({"/v1/responses", "/v1/embeddings", "/v1/completions", "/v1/moderations"})
+OTHER_OPENAI_URLS = frozenset({"/v1/responses", "/v1/completions", "/v1/moderations"})
 
 
 def register(endpoint: Endpoint) -> Endpoint:

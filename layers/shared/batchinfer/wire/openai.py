@@ -17,7 +17,7 @@ CHAT_ENDPOINT = "/v1/chat/completions"
 InputSource = Literal["file", "user_s3", "user_cos"]
 OutputTarget = Literal["file", "user_s3", "user_cos"]
 # Batch endpoints: chat completions, or token inference on one model (KServe v2 / MindIE).
-ENDPOINT_PATTERN = r"^(/v1/chat/completions|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
+ENDPOINT_PATTERN = r"^(/v1/chat/completions|/v1/embeddings|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
 _WINDOW = re.compile(r"^(\d{1,3})h$")
 MIN_WINDOW_HOURS, MAX_WINDOW_HOURS = 1, 168
 WINDOW_PATTERN = r"^[1-9][0-9]{0,2}h$"
