@@ -10,6 +10,7 @@ import pytest
 from batchinfer.endpoints import registry
 from batchinfer.endpoints.base import Endpoint, Usage
 from batchinfer.endpoints.chat import ChatCompletions
+from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
 from batchinfer.wire.line_errors import LineError
 
@@ -29,9 +30,9 @@ class _Made(Endpoint):
         return Usage()
 
 
-def test_the_registry_lists_chat_then_token_inference() -> None:
-    assert list(registry.ENDPOINTS) == [CHAT, INFER]
-    assert [type(e) for e in registry.ENDPOINTS.values()] == [ChatCompletions, TokenInfer]
+def test_the_registry_lists_chat_then_token_inference_then_embeddings() -> None:
+    assert list(registry.ENDPOINTS) == [CHAT, INFER, "/v1/embeddings"]
+    assert [type(e) for e in registry.ENDPOINTS.values()] == [ChatCompletions, TokenInfer, Embeddings]
 
 
 @pytest.mark.parametrize(
@@ -58,10 +59,10 @@ def test_endpoint_for_takes_a_template_or_a_url_it_matches() -> None:
     assert registry.endpoint_for(INFER) is registry.ENDPOINTS[INFER]
     assert registry.endpoint_for("/v2/models/m/infer") is registry.ENDPOINTS[INFER]
     with pytest.raises(ValueError) as caught:
-        registry.endpoint_for("/v1/embeddings")
+        registry.endpoint_for("/v1/moderations")
     assert str(caught.value) == (
-        "unsupported batch endpoint '/v1/embeddings'; supported: "
-        "/v1/chat/completions, /v2/models/{model}/infer"
+        "unsupported batch endpoint '/v1/moderations'; supported: "
+        "/v1/chat/completions, /v2/models/{model}/infer, /v1/embeddings"
     )
 
 
@@ -81,7 +82,7 @@ def test_register_adds_an_endpoint_once(monkeypatch: pytest.MonkeyPatch) -> None
         ("v1/chat/completions", 'urls start with "/": use "/v1/chat/completions".'),
         ("/v1/chat/completion", 'did you mean "/v1/chat/completions"?'),
         ("/v1/embedding", 'did you mean "/v1/embeddings"?'),
-        ("/x", 'known urls: "/v1/chat/completions", "/v2/models/{model}/infer"'),
+        ("/x", 'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/embeddings"'),
     ],
 )
 def test_url_hint(url: str, hint: str) -> None:

@@ -25,6 +25,7 @@ from batchinfer.wire.embeddings import (
     input_count,
 )
 from batchinfer.wire.line_errors import ErrorCode, LineError, line_errors
+from batchinfer.wire.messages import describe
 
 __all__ = ["EMBEDDINGS_ENDPOINT", "Embeddings", "EmbeddingsServer", "check_embeddings_body"]
 
@@ -48,8 +49,14 @@ def check_embeddings_body(body: dict[str, Any], line: int) -> list[LineError]:
     try:
         EmbeddingsBody.model_validate(body)
     except ValidationError as exc:
-        return line_errors(exc, line, "body.", RULES)
-    return []
+        found = {error.param: error for error in line_errors(exc, line, "body.", RULES)}
+    else:
+        return []
+    if (error := found.get("body.input")) is not None and error.code == ErrorCode.INVALID_PARAMETER:
+        # `input` is a union: pydantic reports each shape it is not; one sentence says what it may be.
+        message = f"Line {line}: body.input must be {RULES['input']}, got {describe(value)}."
+        found["body.input"] = error.model_copy(update={"message": message})
+    return list(found.values())
 
 
 class EmbeddingsServer:
