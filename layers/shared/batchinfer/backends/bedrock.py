@@ -1,4 +1,5 @@
-"""The Amazon Bedrock backend: OpenAI chat requests answered through the Converse API (boto3).
+"""The Amazon Bedrock backend: OpenAI chat requests answered through the Converse API (boto3), and
+embeddings through InvokeModel (`batchinfer.backends.bedrock_embed`).
 
 Converse reference: https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html
 
@@ -21,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.backends.bedrock_embed import embeddings_model, invoke_embeddings
 from batchinfer.wire.chat import ChatCompletionResponse
 
 if TYPE_CHECKING:
@@ -62,9 +64,14 @@ class BedrockBackend:
     function's own region.
     """
 
+    serves: ClassVar[frozenset[str]] = frozenset({"/v1/chat/completions", "/v1/embeddings"})
+
     def __init__(self, name: str, config: BedrockConfig) -> None:
         self.name = name
         self.config = config
+        # An embedding model (Titan Text Embeddings V2, Cohere Embed) serves embeddings only.
+        if embeddings_model(config.model_id) is not None:
+            self.serves = frozenset({"/v1/embeddings"})
 
     @cached_property
     def client(self) -> Any:
@@ -146,6 +153,21 @@ class BedrockBackend:
             prompt_tokens=usage["inputTokens"],
             completion_tokens=usage["outputTokens"],
         ).model_dump()
+
+    async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one OpenAI embeddings body through InvokeModel (`batchinfer.backends.bedrock_embed`).
+
+        Raises `BackendError`: 400 for what the model cannot take (before any call), else the mapped
+        error of the call, as `chat_completion` does.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await asyncio.to_thread(
+                invoke_embeddings, self.client, self.config.model_id, self.name, body
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc) from None
 
     def _error(self, exc: Exception) -> BackendError:
         """The `BackendError` of a failed Converse call: a `ClientError` mapped by `_ERRORS` (else by
