@@ -2,7 +2,8 @@
 through the local stack (upload, create, prepare, the shard worker on the embedded all-MiniLM-L6-v2,
 aggregation, polling) against the raw rate of the same model with the same runtime: the texts
 tokenized and packed into decode calls as the engine packs them (`n_seq_max` inputs, `n_batch`
-tokens a call), one call after another in a process of its own, no queue, no pipeline.
+tokens a call, each input at an aligned start), one call after another in a process of its own, no
+queue, no pipeline.
 
 The stack is warmed first with a one-line batch (a warm Lambda, the model loaded); the raw side loads
 its model before its clock starts. They alternate `rounds` times and each side's totals are compared.
@@ -38,7 +39,7 @@ def texts(n: int) -> list[str]:
 def raw(inputs: list[str]) -> float:
     """Seconds to embed `inputs` directly on the engine's decode, packed as the engine packs them."""
     from batchinfer.backends.config import LlamaEmbedConfig
-    from batchinfer.backends.llama_embed import LlamaEmbedBackend
+    from batchinfer.backends.llama_embed import LlamaEmbedBackend, aligned
     from batchinfer.backends.registry import load_registry
 
     config = load_registry().config(MODEL)
@@ -50,7 +51,8 @@ def raw(inputs: list[str]) -> float:
         call: list[list[int]] = []
         for sequence in tokens:
             if call and (
-                len(call) == engine.n_seq_max or sum(map(len, call)) + len(sequence) > engine.n_batch
+                len(call) == engine.n_seq_max
+                or sum(map(aligned, map(len, call))) + aligned(len(sequence)) > engine.n_batch
             ):
                 engine._decode(call)
                 call = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,30 @@ def test_the_same_input_gives_the_same_vector_in_any_batch_mix(backend: LlamaEmb
 
     together = asyncio.run(mixed())[1]["data"][1]["embedding"]
 
-    # Then it is the same vector to llama.cpp's precision (its encoder sums over the whole call)
-    assert max(abs(a - b) for a, b in zip(alone, together, strict=True)) < 5e-4
-    assert cosine(alone, together) > 0.999999
+    # Then it is the same vector, bit for bit
+    assert together == alone
+
+
+def test_random_mixes_give_every_input_its_solo_vector(backend: LlamaEmbedBackend) -> None:
+    # Given three sentences embedded alone, and twelve random mixes of up to 40 other inputs
+    rng = random.Random(7)
+    words = "alpha beta gamma delta river stone cloud market cat mat sings quickly".split()
+    targets = [
+        "The cat sits on the mat.",
+        "hello",
+        "A longer sentence with quite a few more words than the rest.",
+    ]
+    solo = [embed(backend, input=text)["data"][0]["embedding"] for text in targets]
+    for _ in range(12):
+        mix = [" ".join(rng.choices(words, k=rng.randint(1, 20))) for _ in range(rng.randint(1, 40))]
+        for text in targets:
+            mix.insert(rng.randint(0, len(mix)), text)
+
+        # When the mix is one request
+        vectors = [item["embedding"] for item in embed(backend, input=mix)["data"]]
+
+        # Then each sentence has its solo vector
+        assert [vectors[mix.index(text)] for text in targets] == solo
 
 
 def test_an_input_beyond_the_context_is_a_400_naming_its_index(backend: LlamaEmbedBackend) -> None:

