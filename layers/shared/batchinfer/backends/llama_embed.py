@@ -11,13 +11,14 @@ sequence's token vectors (float64, in numpy: the pooling the model card names) a
 
 Exactness (the same input gives the same vector bit for bit in any mix): llama.cpp's encoder attends
 over the whole call at once, masking other sequences out; its softmax and attention-times-V sums run
-over the call's rows `ALIGN` (8: AVX2's float32 lanes; NEON's 4 divide it) at a time, so where a sequence starts changes
-which lane sums which of its tokens, and so the last bits (up to ~3e-4 a component, measured). Each
-sequence therefore starts at a multiple of `ALIGN` and the call's length is one too, the gaps filled
-with [PAD] tokens of one padding sequence of their own (masked from every real one): 0 difference
-over 40 random mixes of 1 to 60 inputs (measured), for ~30% more tokens on short inputs. The padding
-sequence's positions must stay within the trained context: `n_seq_max` is at most 64. Flash
-attention is off (its CPU kernel tiles from 64 rows, with other sums: 1e-4 differences again).
+over the call's rows `ALIGN` (8: AVX2's float32 lanes; NEON's 4 divide it) at a time, so where a
+sequence starts changes which lane sums which of its tokens, and so the last bits (up to ~3e-4 a
+component, measured). Each sequence therefore starts at a multiple of `ALIGN` and the call's length
+is one too, the gaps filled with [PAD] tokens of one padding sequence of their own (masked from every
+real one): 0 difference over 40 random mixes of 1 to 60 inputs (measured), for ~30% more tokens on
+short inputs. The padding sequence's positions must stay within the trained context: `n_seq_max` is
+at most 64. Flash attention is off (its CPU kernel tiles from 64 rows, with other sums: 1e-4
+differences again).
 
 Request mapping (OpenAI `/v1/embeddings` -> the model): strings are tokenized with the model's
 WordPiece vocabulary, [CLS] and [SEP] added; token-id inputs are the model's own ids, wrapped in
