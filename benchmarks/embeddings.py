@@ -74,19 +74,12 @@ def stack_session() -> Iterator[Callable[[list[str]], float]]:
     def batch(client: BatchClient, directory: Path, lines: list[str]) -> None:
         name = f"embed{next(names)}"
         path = directory / f"{name}.jsonl"
+        requests = (
+            {"custom_id": f"{name}-{i}", "body": {"model": MODEL, "input": text}}
+            for i, text in enumerate(lines)
+        )
         path.write_text(
-            "".join(
-                json.dumps(
-                    {
-                        "custom_id": f"{name}-{i}",
-                        "method": "POST",
-                        "url": "/v1/embeddings",
-                        "body": {"model": MODEL, "input": text},
-                    }
-                )
-                + "\n"
-                for i, text in enumerate(lines)
-            )
+            "".join(json.dumps({**r, "method": "POST", "url": "/v1/embeddings"}) + "\n" for r in requests)
         )
         created = client.create(client.upload(path)["id"], endpoint="/v1/embeddings")
         done = wait_for(stack, client, created["id"])
