@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from batchinfer.backends.base import BackendError
 from batchinfer.endpoints.embeddings import Embeddings, check_embeddings_body
 from batchinfer.endpoints.registry import endpoint_for
 from batchinfer.wire.line_errors import LineError
@@ -90,3 +92,18 @@ def test_the_endpoint_counts_inputs_and_input_tokens_only() -> None:
     ]
     usage = endpoint.usage({"usage": {"prompt_tokens": 12, "total_tokens": 12}})
     assert (usage.input_tokens, usage.output_tokens) == (12, 0)
+
+
+def test_a_backend_without_embeddings_answers_each_line_with_a_400() -> None:
+    # Given the endpoint's server on a chat-only backend
+    server = Embeddings().server(object())
+
+    # When / Then
+    with pytest.raises(BackendError) as caught:
+        asyncio.run(server.chat_completion({"model": "chat-only", "input": "a"}))
+    assert (caught.value.status_code, caught.value.code, caught.value.param, caught.value.message) == (
+        400,
+        "invalid_model",
+        "model",
+        "The model 'chat-only' does not serve /v1/embeddings.",
+    )
