@@ -253,12 +253,16 @@ class LlamaEmbedBackend:
         self._model_dir = model_dir.resolve()
         self._cache_dir = config.cache_dir or Path(tempfile.gettempdir()) / "batchinfer-models"
         self.concurrency_hint = config.n_seq_max
+        self._engine: EmbedEngine | None = None
 
     async def engine(self) -> EmbedEngine:
         """The process's engine for this model, loaded on first use. Raises `BackendError(500,
         model_error)` when the GGUF cannot be written or loaded."""
+        if self._engine is not None:
+            return self._engine
         try:
-            return await asyncio.to_thread(self._load)
+            self._engine = await asyncio.to_thread(self._load)
+            return self._engine
         except Exception as exc:
             raise BackendError(
                 500,
