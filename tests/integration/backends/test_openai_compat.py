@@ -209,3 +209,22 @@ def test_lone_surrogate_is_rejected_before_sending(scripted: Any) -> None:
 
     assert (error.status_code, error.code, error.param) == (400, "invalid_encoding", "messages[0].content")
     assert len(scripted.received) == sent
+
+
+def test_embeddings_pass_through_to_the_servers_embeddings(scripted: Any) -> None:
+    # Given a body with every embeddings field
+    body = {"model": NAME, "input": ["a", "b"], "encoding_format": "base64", "dimensions": 64, "user": "u"}
+
+    # When the server answers with something that is no embeddings list (the echo scenario's chat body)
+    with pytest.raises(BackendError) as caught:
+        asyncio.run(backend(scripted.base_url("echo"), api_key="sk-abc").embeddings(body))
+
+    # Then the body went to {base_url}/embeddings as it was, with the upstream's model name
+    path, _, sent = scripted.received[-1]
+    assert path == "/echo/v1/embeddings"
+    assert sent == {**body, "model": UPSTREAM}
+    assert (caught.value.status_code, caught.value.code, caught.value.message) == (
+        502,
+        "bad_response",
+        "The model server's answer is not an embeddings list (no 'data' list).",
+    )

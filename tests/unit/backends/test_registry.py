@@ -13,6 +13,7 @@ from batchinfer.backends import (
     RegistryError,
     load_registry,
 )
+from batchinfer.backends.config import LlamaEmbedConfig
 from batchinfer.backends.llama_cpp import LlamaCppBackend, find_gguf
 from batchinfer.backends.openai_compat import OpenAICompatBackend
 from batchinfer.core.settings import DEFAULT_REGISTRY
@@ -23,10 +24,13 @@ SMOLLM2 = "smollm2-135m-instruct"
 def test_default_registry_serves_smollm2_with_llama_cpp() -> None:
     registry = load_registry()
 
-    assert registry.names() == [SMOLLM2]
+    assert registry.names() == [SMOLLM2, "all-minilm-l6-v2"]
     assert SMOLLM2 in registry
     assert registry.config(SMOLLM2) == LlamaCppConfig(backend="llama_cpp", n_ctx=2048)
     assert registry.source == str(DEFAULT_REGISTRY.resolve())
+    assert registry.config("all-minilm-l6-v2") == LlamaEmbedConfig(
+        backend="llama_embed", n_batch=1024, n_seq_max=64
+    )
 
 
 def test_load_registry_is_cached_per_resolved_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,12 +151,12 @@ def test_unset_api_key_env_is_a_registry_error(monkeypatch: pytest.MonkeyPatch) 
             {"models": {"m": {"backend": "llama"}}},
             (
                 "models.m: Input tag 'llama' found using 'backend' does not match any of the expected tags: "
-                "'llama_cpp', 'openai', 'kserve_v2', 'bedrock'"
+                "'llama_cpp', 'openai', 'kserve_v2', 'bedrock', 'llama_embed'"
             ),
         ),
         (
             {"models": {"m": {"n_ctx": 1}}},
-            "models.m: 'backend' is required, one of bedrock, kserve_v2, llama_cpp, openai",
+            "models.m: 'backend' is required, one of bedrock, kserve_v2, llama_cpp, llama_embed, openai",
         ),
         (
             {"models": {"m": {"backend": "llama_cpp", "n_ctx": 2}}},

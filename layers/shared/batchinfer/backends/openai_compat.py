@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, RegistryError, require_utf8
 from batchinfer.backends.http import Answer, post_json, upstream_error
-from batchinfer.wire.openai import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT
+from batchinfer.wire.openai import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, EMBEDDINGS_ENDPOINT, RESPONSES_ENDPOINT
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import OpenAICompatConfig
@@ -63,13 +63,18 @@ def _error_fields(response: Answer) -> tuple[str, str | None, str | None, str | 
 class OpenAICompatBackend:
     """A `ChatBackend` answering as registry model `name` by forwarding to an OpenAI-compatible server.
 
-    The body goes to `{base_url}/chat/completions` with `model` replaced by the upstream name and any
-    `stream` flag removed (a batch never streams); the answer comes back with `model` set to `name`.
+    It passes through chat completions and embeddings (vLLM and TGI serve the latter from an
+    embedding model); whether the upstream model answers an endpoint is the upstream's to say.
+    The body goes to `{base_url}/chat/completions` (`/embeddings`) with `model` replaced by the
+    upstream name and any `stream` flag removed (a batch never streams); the answer comes back with
+    `model` set to `name`.
     Construction raises `RegistryError` when `api_key_env` names an unset environment variable.
     `serves`: the batch endpoints it passes through, each to the server's own url.
     """
 
-    serves: ClassVar[frozenset[str]] = frozenset({CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT})
+    serves: ClassVar[frozenset[str]] = frozenset(
+        {CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, RESPONSES_ENDPOINT, EMBEDDINGS_ENDPOINT}
+    )
 
     def __init__(self, name: str, config: OpenAICompatConfig) -> None:
         self.name = name
@@ -115,7 +120,19 @@ class OpenAICompatBackend:
     async def _forward(self, url: str, body: dict[str, Any], key: str, what: str) -> dict[str, Any]:
         """POST `body` (upstream model name, no streaming) to `url`; the answer, which must be an object
         with a list at `key` (`what` names it in the error)."""
-        payload = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
+        payload = {name: value for name, value in body.items() if name not in ("stream", "stream_options")}
+        return self._answer(await self._post(url, payload), key, what)
+
+    async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send one embeddings body to `{base_url}/embeddings`; return its answer with our model name.
+
+        Raises `BackendError` as `chat_completion` does; 502 `bad_response` when a 2xx body has no
+        `data` list.
+        """
+        return await self._forward(self.base_url + "/embeddings", body, "data", "an embeddings list")
+
+    async def _post(self, url: str, payload: dict[str, Any]) -> Answer:
+        """POST `payload` with the upstream model name; the 2xx answer, else raise its `BackendError`."""
         payload["model"] = self.config.model
         try:
             response = await post_json(url, payload, timeout=self.timeout, headers=self._headers)
@@ -123,11 +140,12 @@ class OpenAICompatBackend:
             require_utf8(payload)  # raises, naming the string
             raise
         if 200 <= response.status < 300:
-            return self._completion(response, key, what)
+            return response
         message, err_type, code, param = _error_fields(response)
         raise upstream_error(response, message, type=err_type, code=code, param=param)
 
-    def _completion(self, response: Answer, key: str, what: str) -> dict[str, Any]:
+    def _answer(self, response: Answer, key: str, what: str) -> dict[str, Any]:
+        """The JSON body of a 2xx answer, which must have a `key` list (`what` it is, for the message)."""
         try:
             data = response.json()
         except (ValueError, UnicodeDecodeError) as exc:

@@ -56,12 +56,19 @@ def _bedrock() -> Callable[[str, Any], ChatBackend]:
     return BedrockBackend
 
 
+def _llama_embed() -> Callable[[str, Any], ChatBackend]:
+    from batchinfer.backends.llama_embed import LlamaEmbedBackend
+
+    return LlamaEmbedBackend  # type: ignore[return-value]  # an embeddings backend: no chat
+
+
 # A config's `backend` tag -> its backend class, imported when the first model of that kind is built.
 _BACKENDS: dict[str, Callable[[], Callable[[str, Any], ChatBackend]]] = {
     "llama_cpp": _llama_cpp,
     "openai": _openai,
     "kserve_v2": _kserve_v2,
     "bedrock": _bedrock,
+    "llama_embed": _llama_embed,
 }
 
 
@@ -145,9 +152,13 @@ class ModelRegistry:
             raise ModelNotFound(name) from None
 
     def serves(self, name: str) -> frozenset[str]:
-        """The batch endpoint templates model `name`'s backend kind declares (its class's `serves`),
-        without building the backend. Raises `ModelNotFound` for an unknown name."""
-        return _BACKENDS[self.config(name).backend]().serves  # type: ignore[attr-defined]
+        """The batch endpoint templates model `name`'s backend declares (its class's `serves_for(config)`
+        where it has one, else its `serves`), without building the backend. Raises `ModelNotFound` for an
+        unknown name."""
+        config = self.config(name)
+        kind = _BACKENDS[config.backend]()
+        serves_for = getattr(kind, "serves_for", None)
+        return serves_for(config) if serves_for is not None else kind.serves  # type: ignore[attr-defined]
 
     def backend(self, name: str) -> ChatBackend:
         """The backend serving model `name`, built on first call and reused for the process's life.

@@ -73,6 +73,7 @@ class Endpoint(ABC):
     - `result_model`: the result body a success line carries; `usage(result)` its token counts.
     - `served_by(serves)`: whether a backend serving the templates `serves` (its `serves` attribute)
       can answer this endpoint.
+    - `max_batch_inputs` and `inputs(body)`: a batch-wide cap on inputs (embeddings: 50,000).
     - `plain_body`: an optional fast check (None: none), True only for bodies `check_body` accepts
       (False says nothing), for the common line of a large file.
     """
@@ -83,6 +84,8 @@ class Endpoint(ABC):
     body_model: ClassVar[type[BaseModel]]
     result_model: ClassVar[type[BaseModel]]
     plain_body: ClassVar[Callable[[dict[str, Any]], bool] | None] = None
+    # The most inputs (see `inputs`) a whole batch may hold; None: no limit beyond its line count.
+    max_batch_inputs: ClassVar[int | None] = None
 
     @abstractmethod
     def check_body(self, body: dict[str, Any], line: int) -> list[LineError]:
@@ -101,6 +104,10 @@ class Endpoint(ABC):
         when it lists this template. An endpoint that `server` translates onto another one (a plug-in
         answered through chat) says so here."""
         return self.template in serves
+
+    def inputs(self, body: dict[str, Any]) -> int:
+        """How many inputs a valid body counts toward `max_batch_inputs` (one unless the endpoint says)."""
+        return 1
 
     def server(self, backend: Any) -> Server:
         """What answers this endpoint's bodies on `backend` (a registry model's backend): the backend

@@ -12,6 +12,7 @@ import re
 from batchinfer.endpoints.base import Endpoint
 from batchinfer.endpoints.chat import ChatCompletions
 from batchinfer.endpoints.completions import Completions
+from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
 from batchinfer.endpoints.responses import Responses
 from batchinfer.wire.messages import safe
@@ -26,11 +27,12 @@ ENDPOINTS: dict[str, Endpoint] = {
         TokenInfer(),
         Completions(),
         Responses(),
+        Embeddings(),
     )
 }
 # Endpoints of the OpenAI Batch API that this service does not serve: a line naming one of them is
 # in the wrong batch (`url_mismatch`), not a typo (`invalid_url`).
-OTHER_OPENAI_URLS = frozenset({"/v1/embeddings", "/v1/moderations"})
+OTHER_OPENAI_URLS = frozenset({"/v1/moderations"})
 
 
 def register(endpoint: Endpoint) -> Endpoint:

@@ -126,6 +126,7 @@ class FileValidator:
         self.error_count = 0
         self._error_bytes = 2  # of `json.dumps(errors)`: the brackets, then each error and its ", "
         self.request_count = 0
+        self.input_count = 0  # of the valid bodies, toward the endpoint's `max_batch_inputs`
         self.model: str | None = None
         self._model_line = 0
         self._model_found = False  # the registry lists the file's model
@@ -198,6 +199,7 @@ class FileValidator:
         if errors := self._endpoint.check_body(body, n):
             self._add_all(errors)
             return None
+        self.input_count += self._endpoint.inputs(body)
         if model is None:  # a body check that does not require the model (none so far)
             self._add(
                 ErrorCode.MISSING_REQUIRED_PARAMETER,
@@ -465,6 +467,12 @@ class FileValidator:
             else:
                 what = f"its {self._last_line} lines are all blank"
             self._add(ErrorCode.EMPTY_FILE, f"The file has no requests: {what}.")
+        limit = self._endpoint.max_batch_inputs
+        if limit is not None and self.input_count > limit:
+            self._add(
+                ErrorCode.TOO_MANY_TASKS,
+                f"The batch has {self.input_count} inputs; the limit is {limit} inputs per batch.",
+            )
 
     def validate_stream(self, chunks: Iterable[bytes]) -> Iterator[RequestLine]:
         """Split, check and yield the valid requests of a chunked file, then call `finish`.

@@ -16,6 +16,7 @@ from batchinfer.wire.status import BatchStatus
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETIONS_ENDPOINT = "/v1/completions"
 RESPONSES_ENDPOINT = "/v1/responses"
+EMBEDDINGS_ENDPOINT = "/v1/embeddings"
 TOKEN_ENDPOINT = "/v2/models/{model}/infer"
 InputSource = Literal["file", "user_s3", "user_cos"]
 OutputTarget = Literal["file", "user_s3", "user_cos"]
@@ -25,6 +26,7 @@ OPENAI_BATCH_URLS = (
     CHAT_ENDPOINT,
     COMPLETIONS_ENDPOINT,
     RESPONSES_ENDPOINT,
+    EMBEDDINGS_ENDPOINT,
 )
 ENDPOINT_PATTERN = (
     "^(" + "|".join(map(re.escape, OPENAI_BATCH_URLS)) + r"|/v2/models/[A-Za-z0-9._-]{1,256}/infer)$"
