@@ -11,6 +11,7 @@ from batchinfer.endpoints import registry
 from batchinfer.endpoints.base import Endpoint, Usage
 from batchinfer.endpoints.chat import ChatCompletions
 from batchinfer.endpoints.infer import TokenInfer
+from batchinfer.endpoints.messages import Messages
 from batchinfer.wire.line_errors import LineError
 
 CHAT, INFER = "/v1/chat/completions", "/v2/models/{model}/infer"
@@ -29,9 +30,9 @@ class _Made(Endpoint):
         return Usage()
 
 
-def test_the_registry_lists_chat_then_token_inference() -> None:
-    assert list(registry.ENDPOINTS) == [CHAT, INFER]
-    assert [type(e) for e in registry.ENDPOINTS.values()] == [ChatCompletions, TokenInfer]
+def test_the_registry_lists_chat_then_token_inference_then_messages() -> None:
+    assert list(registry.ENDPOINTS) == [CHAT, INFER, "/v1/messages"]
+    assert [type(e) for e in registry.ENDPOINTS.values()] == [ChatCompletions, TokenInfer, Messages]
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,8 @@ class Endpoint(ABC):
       error messages (`body.model`, `url`).
     - `server(backend)`: how a registry model's backend answers the bodies (see `Server`).
     - `result_model`: the result body a success line carries; `usage(result)` its token counts.
+    - `listed`: False for an endpoint no user writes lines of (the Message Batches routes write
+      them): error messages do not suggest it.
     - `plain_body`: an optional fast check (None: none), True only for bodies `check_body` accepts
       (False says nothing), for the common line of a large file.
     """
@@ -61,6 +63,7 @@ class Endpoint(ABC):
     body_model: ClassVar[type[BaseModel]]
     result_model: ClassVar[type[BaseModel]]
     plain_body: ClassVar[Callable[[dict[str, Any]], bool] | None] = None
+    listed: ClassVar[bool] = True
 
     @abstractmethod
     def check_body(self, body: dict[str, Any], line: int) -> list[LineError]:

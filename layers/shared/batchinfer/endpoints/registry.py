@@ -12,6 +12,7 @@ import re
 from batchinfer.endpoints.base import Endpoint
 from batchinfer.endpoints.chat import ChatCompletions
 from batchinfer.endpoints.infer import TokenInfer
+from batchinfer.endpoints.messages import Messages
 from batchinfer.wire.messages import safe
 
 __all__ = ["ENDPOINTS", "OTHER_OPENAI_URLS", "endpoint_for", "find_endpoint", "register", "url_hint"]
@@ -22,6 +23,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     for endpoint in (
         ChatCompletions(),
         TokenInfer(),
+        Messages(),
     )
 }
 # Endpoints of the OpenAI Batch API that this service does not serve: a line naming one of them is
@@ -57,9 +59,10 @@ def endpoint_for(endpoint: str) -> Endpoint:
 
 def url_hint(url: str) -> str:
     """What to use instead of an unknown url: the fix for a missing slash, or the closest match."""
-    known = [*ENDPOINTS, *sorted(OTHER_OPENAI_URLS)]
+    listed = [template for template, endpoint in ENDPOINTS.items() if endpoint.listed]
+    known = [*listed, *sorted(OTHER_OPENAI_URLS)]
     if not url.startswith("/") and find_endpoint("/" + url):
         return f'urls start with "/": use "/{safe(url)}".'
     if close := difflib.get_close_matches(url, known, n=1, cutoff=0.8):
         return f'did you mean "{close[0]}"?'
-    return "known urls: " + ", ".join(f'"{u}"' for u in ENDPOINTS)
+    return "known urls: " + ", ".join(f'"{u}"' for u in listed)
