@@ -62,7 +62,7 @@ def test_endpoint_for_takes_a_template_or_a_url_it_matches() -> None:
         registry.endpoint_for("/v1/embeddings")
     assert str(caught.value) == (
         "unsupported batch endpoint '/v1/embeddings'; supported: "
-        "/v1/chat/completions, /v2/models/{model}/infer"
+        "/v1/chat/completions, /v2/models/{model}/infer, /v1/messages"
     )
 
 

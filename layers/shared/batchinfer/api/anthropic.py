@@ -15,7 +15,7 @@ header; the key may come as `x-api-key` or `Authorization: Bearer` (`auth.takes_
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from batchinfer.api import anthropic_view
 from batchinfer.api.auth import current_account, idempotency_key
 from batchinfer.api.batches import cancel_batch, owned_batch
-from batchinfer.api.errors import ApiError, NotFound, TooManyRequests, stored_despite
+from batchinfer.api.errors import ApiError, NotFound, TooManyRequests, documented, stored_despite
 from batchinfer.api.files import new_file_record
 from batchinfer.backends import load_registry
 from batchinfer.core import ids
@@ -63,6 +63,17 @@ _ERROR_TYPES = {
 
 class TooLarge(ApiError):
     status = 413
+
+
+def _documented(*codes: int, success: dict[str, Any] | None = None) -> dict[int, dict[str, Any]]:
+    """OpenAPI `responses` of a route (`errors.documented`), its errors in Anthropic's envelope."""
+    responses = documented(success, *(code for code in codes if code != 413))
+    if 413 in codes:
+        responses[413] = {"description": "Over the requests or bytes a batch may hold"}
+    for response in responses.values():
+        if "content" in response and response is not responses[200]:
+            response["content"] = {"application/json": {"model": ErrorResponse}}
+    return responses
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -123,7 +134,7 @@ def _batch_model(request: CreateMessageBatch) -> str:
     return next((m for m in named if isinstance(m, str) and m in registry), registry.names()[0])
 
 
-@router.post("/v1/messages/batches")
+@router.post("/v1/messages/batches", responses=_documented(413, 429))
 def create_message_batch(request: CreateMessageBatch) -> MessageBatch:
     """Create a Message Batch from its inline requests (1 to 100,000, unique `custom_id`s)."""
     _check_size(request)
@@ -164,7 +175,7 @@ def create_message_batch(request: CreateMessageBatch) -> MessageBatch:
     return anthropic_view.message_batch(item)
 
 
-@router.get("/v1/messages/batches")
+@router.get("/v1/messages/batches", responses=_documented())
 def list_message_batches(
     limit: Annotated[int, Query(ge=1, le=1000)] = 20, after_id: Cursor = None, before_id: Cursor = None
 ) -> MessageBatchList:
@@ -183,13 +194,13 @@ def list_message_batches(
     )
 
 
-@router.get("/v1/messages/batches/<batch_id>")
+@router.get("/v1/messages/batches/<batch_id>", responses=_documented(404))
 def retrieve_message_batch(batch_id: BatchId) -> MessageBatch:
     """A Message Batch, with live counts while it runs."""
     return anthropic_view.message_batch(owned_message_batch(batch_id))
 
 
-@router.post("/v1/messages/batches/<batch_id>/cancel")
+@router.post("/v1/messages/batches/<batch_id>/cancel", responses=_documented(404, 409))
 def cancel_message_batch(batch_id: BatchId) -> MessageBatch:
     """Cancel a Message Batch: `canceling`, then `ended` with what finished kept (an ended one as is)."""
     item = owned_message_batch(batch_id)
@@ -199,7 +210,7 @@ def cancel_message_batch(batch_id: BatchId) -> MessageBatch:
     return anthropic_view.message_batch(owned_message_batch(batch_id))
 
 
-@router.delete("/v1/messages/batches/<batch_id>")
+@router.delete("/v1/messages/batches/<batch_id>", responses=_documented(404))
 def delete_message_batch(batch_id: BatchId) -> DeletedMessageBatch:
     """Delete an ended Message Batch with its input and result files; a running one is a 400 (cancel
     it first), not a status the SDKs retry."""
@@ -218,7 +229,12 @@ def delete_message_batch(batch_id: BatchId) -> DeletedMessageBatch:
     return DeletedMessageBatch(id=batch_id)
 
 
-@router.get("/v1/messages/batches/<batch_id>/results")
+@router.get(
+    "/v1/messages/batches/<batch_id>/results",
+    responses=_documented(
+        404, success={"description": "JSON Lines", "content": {"application/octet-stream": {"schema": {}}}}
+    ),
+)
 def message_batch_results(batch_id: BatchId):
     """An ended batch's results as JSON Lines, one line per request in input order."""
     item = owned_message_batch(batch_id)
