@@ -204,7 +204,7 @@ def test_a_cancel_mid_run_keeps_every_answer_under(stack: LocalStack, scenario: 
 
 def test_an_anthropic_message_batch_under_crashes(stack: LocalStack, tmp_path: Path) -> None:
     # Given a Message Batch (the anthropic SDK's create) whose workers crash before commits
-    requests = [json.loads(line) for line in batch_text("anthropic").splitlines()]
+    requests = [json.loads(line) for line in batch_text("anthropic", 8).splitlines()]
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"custom_id": r["custom_id"]}) + "\n" for r in requests))
     sdk = Anthropic(base_url=stack.base_url, api_key=stack.api_key)

@@ -15,7 +15,7 @@ import pytest
 from batchinfer.api import anthropic
 from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts, batches
-from batchinfer.pipeline import aggregate, prepare
+from batchinfer.pipeline import aggregate, intake, prepare
 from support.moto_env import Aws, load_event
 from support.pipeline import run_shard
 from support.scripted import SCRIPTED, scripted_model
@@ -202,43 +202,54 @@ def test_delete_only_once_ended(api: Any) -> None:
     assert (status, body["error"]["type"]) == (404, "not_found_error")
 
 
-def test_another_accounts_batch_is_not_found(api: Any) -> None:
+def test_keys_isolation_and_the_error_envelope(api: Any) -> None:
+    # Given a Message Batch (created with x-api-key) and an OpenAI batch of the same account
     client, _ = api
     batch = client.create(("a", params("one")))
-    bearer = {"authorization": f"Bearer {OTHER_KEY}"}
-    status, headers, body = client.call("GET", f"/v1/messages/batches/{batch['id']}", headers=bearer)
+    openai_batch = intake.NewBatch(
+        batch_id="batch_openai",
+        account_id="default",
+        input_file_id="file-x",
+        input_bucket=client.aws.bucket,
+        input_key="files/x",
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    intake.create_batch(openai_batch)
+    bearer, other = {"authorization": f"Bearer {KEY}"}, {"authorization": f"Bearer {OTHER_KEY}"}
+    # Then another account finds neither it nor any batch, in Anthropic's envelope
+    status, headers, body = client.call("GET", f"/v1/messages/batches/{batch['id']}", headers=other)
     assert (status, body["type"], body["error"]["type"]) == (404, "error", "not_found_error")
     assert headers["request-id"] == body["request_id"]
     assert body["request_id"].startswith("req_")
-    _, _, listed = client.call(
-        "GET", "/v1/messages/batches", headers={"authorization": f"Bearer {OTHER_KEY}"}
-    )
-    assert listed["data"] == []
-
-
-def test_a_bad_key_is_an_authentication_error(api: Any) -> None:
-    client, _ = api
+    assert client.call("GET", "/v1/messages/batches", headers=other)[2]["data"] == []
+    # And a bad key is an authentication error
     status, _, body = client.call("GET", "/v1/messages/batches", headers={"x-api-key": "sk-nope"})
     assert (status, body["error"]["type"]) == (401, "authentication_error")
+    # And the Message Batch is a batch of /v1/batches too, while the OpenAI batch is no Message Batch
+    openai_view = client.call("GET", f"/v1/batches/{batch['id']}", headers=bearer)[2]
+    assert (openai_view["endpoint"], openai_view["request_counts"]["total"]) == ("/v1/messages", 1)
+    status, _, body = client.call("GET", "/v1/messages/batches/batch_openai", headers=bearer)
+    assert (status, body["error"]["type"]) == (404, "not_found_error")
+    listed = client.call("GET", "/v1/messages/batches", headers=bearer)[2]
+    assert [b["id"] for b in listed["data"]] == [batch["id"]]
 
 
-@pytest.mark.parametrize(
-    ("requests", "message"),
-    [
-        ([{"custom_id": "a b", "params": {}}], "custom_id"),
-        ([{"custom_id": "a", "params": {}}, {"custom_id": "a", "params": {}}], "more than one request"),
-        ([], "requests"),
-    ],
-)
-def test_invalid_creates_are_invalid_request_errors(api: Any, requests: list[Any], message: str) -> None:
+INVALID_CREATES = [
+    ([{"custom_id": "a b", "params": {}}], "custom_id"),
+    ([{"custom_id": "a", "params": {}}, {"custom_id": "a", "params": {}}], "more than one request"),
+    ([], "requests"),
+]
+
+
+def test_invalid_creates_are_invalid_request_errors_and_large_ones_413(
+    api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client, _ = api
-    status, _, body = client.call("POST", "/v1/messages/batches", {"requests": requests})
-    assert (status, body["type"], body["error"]["type"]) == (400, "error", "invalid_request_error")
-    assert message in body["error"]["message"]
-
-
-def test_too_many_requests_is_413(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    client, _ = api
+    for requests, message in INVALID_CREATES:
+        status, _, body = client.call("POST", "/v1/messages/batches", {"requests": requests})
+        assert (status, body["type"], body["error"]["type"]) == (400, "error", "invalid_request_error")
+        assert message in body["error"]["message"]
     monkeypatch.setattr(anthropic, "MAX_REQUESTS", 2)
     requests = [{"custom_id": f"r{i}", "params": params("x")} for i in range(3)]
     status, _, body = client.call("POST", "/v1/messages/batches", {"requests": requests})
@@ -250,10 +261,39 @@ def test_too_many_requests_is_413(api: Any, monkeypatch: pytest.MonkeyPatch) -> 
     )
 
 
-def test_an_openai_batch_is_not_a_message_batch(api: Any) -> None:
+def test_an_expired_batch_ends_with_expired_results(api: Any) -> None:
+    # Given a batch whose window ends before anything ran
+    client, _ = api
+    batch = client.create(("a", params("one")), ("b", params("two")))
+    assert prepare.prepare_batch(batch["id"]) == "in_progress"
+    assert batches.begin_expiry(batch["id"]) is not None
+    # When the aggregator ends it
+    assert aggregate.finalize_batch(batch["id"]) == "expired"
+    # Then every request is expired, in the counts and in the results
+    _, _, ended = client.call("GET", f"/v1/messages/batches/{batch['id']}")
+    assert ended["request_counts"] == {
+        "processing": 0,
+        "succeeded": 0,
+        "errored": 0,
+        "canceled": 0,
+        "expired": 2,
+    }
+    _, _, text = client.call("GET", ended["results_url"])
+    assert text.splitlines() == [
+        '{"custom_id":"a","result":{"type":"expired"}}',
+        '{"custom_id":"b","result":{"type":"expired"}}',
+    ]
+
+
+def test_large_results_are_a_redirect_to_s3(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     client, _ = api
     batch = client.create(("a", params("one")))
-    _, _, openai_view = client.call(
-        "GET", f"/v1/batches/{batch['id']}", headers={"authorization": f"Bearer {KEY}"}
+    run(client.aws, batch["id"])
+    monkeypatch.setattr(anthropic, "INLINE_CONTENT_BYTES", 10)
+
+    status, headers, _ = client.call("GET", f"/v1/messages/batches/{batch['id']}/results")
+
+    assert status == 302
+    assert headers["Location"].startswith(
+        f"https://{client.aws.bucket}.s3.amazonaws.com/files/{batch['id']}-results.jsonl?"
     )
-    assert (openai_view["endpoint"], openai_view["request_counts"]["total"]) == ("/v1/messages", 1)

@@ -25,7 +25,7 @@ from batchinfer.api import anthropic_view
 from batchinfer.api.auth import current_account, idempotency_key
 from batchinfer.api.batches import cancel_batch, owned_batch
 from batchinfer.api.errors import ApiError, NotFound, TooManyRequests, documented, stored_despite
-from batchinfer.api.files import new_file_record
+from batchinfer.api.files import INLINE_CONTENT_BYTES, new_file_record
 from batchinfer.backends import load_registry
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
@@ -225,6 +225,7 @@ def delete_message_batch(batch_id: BatchId) -> DeletedMessageBatch:
         if record is not None:
             s3.delete(record.bucket, record.key, where=record.where)
             files.delete(record.id)
+    s3.delete(get_settings().bucket_name, results_key(batch_id))
     batches.delete(batch_id)
     return DeletedMessageBatch(id=batch_id)
 
@@ -233,13 +234,28 @@ def delete_message_batch(batch_id: BatchId) -> DeletedMessageBatch:
     "/v1/messages/batches/<batch_id>/results",
     responses=_documented(
         404, success={"description": "JSON Lines", "content": {"application/octet-stream": {"schema": {}}}}
-    ),
+    )
+    | {302: {"description": "large results: a presigned S3 URL in Location"}},
 )
 def message_batch_results(batch_id: BatchId):
-    """An ended batch's results as JSON Lines, one line per request in input order."""
+    """An ended batch's results as JSON Lines, one line per request in input order; over 4 MiB (a
+    Lambda answer carries 6 MB) written to `files/<batch_id>-results.jsonl` and answered with a 302
+    to a presigned URL of it (the SDK follows it)."""
     item = owned_message_batch(batch_id)
     if not is_terminal(item.status):
         raise ApiError(f"Message batch {batch_id} has not ended yet: its results are not ready.")
     custom_ids = anthropic_view.input_custom_ids(item.input_bucket, item.input_key, item.input_where)
     body = anthropic_view.results(item, custom_ids)
-    return Response(status_code=200, content_type="application/octet-stream", body=body)
+    if len(body) <= INLINE_CONTENT_BYTES:
+        return Response(status_code=200, content_type="application/octet-stream", body=body)
+    bucket, key = get_settings().bucket_name, results_key(batch_id)
+    s3.put_bytes(bucket, key, body)
+    url = s3.presigned_get(
+        bucket, key, filename=f"{batch_id}_results.jsonl", expires_in=get_settings().presign_seconds
+    )
+    return Response(status_code=302, headers={"Location": url}, body="")
+
+
+def results_key(batch_id: str) -> str:
+    """Where the results of a Message Batch too large to answer inline are kept (deleted with it)."""
+    return f"files/{batch_id}-results.jsonl"
