@@ -27,6 +27,11 @@ def params(text: str, **extra: Any) -> dict[str, Any]:
     return {"model": SCRIPTED, "max_tokens": 4, "messages": [{"role": "user", "content": text}], **extra}
 
 
+def counts(**states: int) -> dict[str, int]:
+    """A MessageBatch's request_counts: `states` given, every other 0."""
+    return {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0, **states}
+
+
 class Api:
     """The API function of a moto account, called with Anthropic-shaped requests."""
 
@@ -98,13 +103,7 @@ def test_a_batch_runs_and_its_results_come_in_input_order(api: Any) -> None:
     # Then it is in progress, every request processing
     assert created["type"] == "message_batch"
     assert created["processing_status"] == "in_progress"
-    assert created["request_counts"] == {
-        "processing": 3,
-        "succeeded": 0,
-        "errored": 0,
-        "canceled": 0,
-        "expired": 0,
-    }
+    assert created["request_counts"] == counts(processing=3)
     assert created["results_url"] is None
     assert created["created_at"].endswith("Z")
     # When it runs
@@ -113,13 +112,7 @@ def test_a_batch_runs_and_its_results_come_in_input_order(api: Any) -> None:
     # Then it ended with one errored request, the rest succeeded
     assert status == 200
     assert ended["processing_status"] == "ended"
-    assert ended["request_counts"] == {
-        "processing": 0,
-        "succeeded": 2,
-        "errored": 1,
-        "canceled": 0,
-        "expired": 0,
-    }
+    assert ended["request_counts"] == counts(succeeded=2, errored=1)
     assert ended["results_url"] == f"/v1/messages/batches/{created['id']}/results"
     status, _, text = client.call("GET", ended["results_url"])
     lines = [json.loads(line) for line in text.splitlines()]
@@ -170,13 +163,7 @@ def test_cancel_keeps_what_ran_and_cancels_the_rest(api: Any) -> None:
     client.aws.messages("FinalizeQueue")
     assert aggregate.finalize_batch(batch["id"]) == "cancelled"
     _, _, ended = client.call("GET", f"/v1/messages/batches/{batch['id']}")
-    assert ended["request_counts"] == {
-        "processing": 0,
-        "succeeded": 2,
-        "errored": 0,
-        "canceled": 1,
-        "expired": 0,
-    }
+    assert ended["request_counts"] == counts(succeeded=2, canceled=1)
     _, _, text = client.call("GET", ended["results_url"])
     assert [json.loads(line)["result"]["type"] for line in text.splitlines()] == [
         "succeeded",
@@ -271,13 +258,7 @@ def test_an_expired_batch_ends_with_expired_results(api: Any) -> None:
     assert aggregate.finalize_batch(batch["id"]) == "expired"
     # Then every request is expired, in the counts and in the results
     _, _, ended = client.call("GET", f"/v1/messages/batches/{batch['id']}")
-    assert ended["request_counts"] == {
-        "processing": 0,
-        "succeeded": 0,
-        "errored": 0,
-        "canceled": 0,
-        "expired": 2,
-    }
+    assert ended["request_counts"] == counts(expired=2)
     _, _, text = client.call("GET", ended["results_url"])
     assert text.splitlines() == [
         '{"custom_id":"a","result":{"type":"expired"}}',

@@ -19,11 +19,11 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from batchinfer.api import anthropic_view
 from batchinfer.api.auth import current_account, idempotency_key
-from batchinfer.api.batches import cancel_batch, owned_batch
+from batchinfer.api.batches import BatchId, cancel_batch, owned_batch
 from batchinfer.api.errors import ApiError, NotFound, TooManyRequests, documented, stored_despite
 from batchinfer.api.files import INLINE_CONTENT_BYTES, new_file_record
 from batchinfer.backends import load_registry
@@ -47,7 +47,6 @@ from batchinfer.wire.openai import MAX_ID_LENGTH
 from batchinfer.wire.status import is_terminal
 
 router = Router()
-BatchId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 Cursor = Annotated[str | None, Query(max_length=MAX_ID_LENGTH)]
 # Anthropic's error type of each HTTP status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES = {
