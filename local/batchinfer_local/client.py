@@ -248,6 +248,15 @@ class BatchClient:
         """POST /batches/{id}/cancel: the Batch object (`cancelling` or already `cancelled`)."""
         return self._json("POST", f"/batches/{batch_id}/cancel")
 
+    # ------------------------------------------------------------------ Message Batches (Anthropic's dialect)
+    def create_message_batch(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
+        """POST /messages/batches with `requests` (`{"custom_id", "params"}` each): the MessageBatch."""
+        return self._create("/messages/batches", json={"requests": requests})
+
+    def message_batch_results(self, batch_id: str) -> bytes:
+        """GET /messages/batches/{id}/results: an ended Message Batch's results as JSON Lines."""
+        return self.request("GET", f"/messages/batches/{batch_id}/results").content
+
     def wait(
         self,
         batch_id: str,

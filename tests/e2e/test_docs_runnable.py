@@ -38,6 +38,11 @@ EXPECTED = [
     ("api.md", "user_s3", r"completed\ns3://batchinfer-user-demo/results/batch_\w+/output.jsonl\nhello-1\n"),
     ("api.md", "tokenizer.detokenize", r"\d+ tokens in, [1-9]\d* tokens out\n.+"),
     ("api.md", "[396, 319, 13]", r'\[\{"name":"output0","shape":\[1,[1-9]\d*\],"datatype":"UINT32"'),
+    (
+        "api.md",
+        "messages.batches.create",
+        r"(?s)batch_\w+ 2 succeeded\nhello-1 succeeded.*\nhello-2 succeeded",
+    ),
     ("deploy.md", "smoke", r"PASS +models"),
     ("local-stack.md", "download", ANSWERS + "$"),
     ("local-stack.md", "cancel", r"wait exited with 1\n$"),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic import Anthropic
 
 from batchinfer_local import LocalStack
 from batchinfer_local.client import BatchClient
@@ -117,10 +118,11 @@ SEED = 1440
 
 
 def run_batch(
-    stack: LocalStack, scenario: str, path: Path, on_poll: Any = None
+    stack: LocalStack, scenario: str, path: Path, on_poll: Any = None, create: Any = None
 ) -> tuple[BatchClient, list[dict[str, Any]], list[str], dict[str, int]]:
     """Run `path` under the scenario's faults, GET polled every 0.2 s until terminal: (client, every
-    snapshot, completion ids the model answered, faults fired)."""
+    snapshot, completion ids the model answered, faults fired). `create(client)`: how the batch is
+    created, its id (default: `path` uploaded and a batch of it)."""
     stack.wait_idle(300)  # nothing of the previous scenario still runs (an invocation keeps its variables)
     faults = {"seed": SEED, "per_environment": False, **SCENARIOS[scenario]}
     # The API function too: a call of the test's failing past botocore's retries is a 503, which
@@ -130,7 +132,7 @@ def run_batch(
     try:
         client = BatchClient(f"{stack.base_url}/v1", stack.api_key)
         with AnswerLog() as answers:
-            batch_id = client.create(client.upload(path)["id"])["id"]
+            batch_id = create(client) if create else client.create(client.upload(path)["id"])["id"]
             series = watch(lambda: client.retrieve(batch_id), on_poll=on_poll, timeout_s=300)
             stack.wait_idle(300)  # every answer's log line is in
         fired = {
@@ -198,3 +200,29 @@ def test_a_cancel_mid_run_keeps_every_answer_under(stack: LocalStack, scenario: 
     never_ran = [json.loads(line)["error"] for line in (errors or b"").splitlines()]
     assert {error["code"] for error in never_ran if error} <= {"batch_cancelled"}
     assert_counts_monotonic([b for b in series if b["status"] != "cancelled"])
+
+
+def test_an_anthropic_message_batch_under_crashes(stack: LocalStack, tmp_path: Path) -> None:
+    # Given a Message Batch (the anthropic SDK's create) whose workers crash before commits
+    requests = [json.loads(line) for line in batch_text("anthropic", 8).splitlines()]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"custom_id": r["custom_id"]}) + "\n" for r in requests))
+    sdk = Anthropic(base_url=stack.base_url, api_key=stack.api_key)
+    entries = [{"custom_id": r["custom_id"], "params": r["body"]} for r in requests]
+
+    def create(_: BatchClient) -> str:
+        return sdk.messages.batches.create(requests=entries).id
+
+    client, series, answered, fired = run_batch(stack, "crash_before_commit", path, create=create)
+    batch = series[-1]
+    output, errors = results(client, batch)
+
+    # Then every request has its one answer, through either dialect
+    assert (batch["status"], fired.get("crash_before_commit", 0) >= 1) == ("completed", True)
+    assert_batch_invariant(batch, path.read_text(), output, errors)
+    assert_counts_monotonic(series)
+    lines = list(sdk.messages.batches.results(batch["id"]))
+    assert [line.custom_id for line in lines] == [r["custom_id"] for r in requests]
+    assert {line.result.type for line in lines} == {"succeeded"}
+    answers = sorted(f"msg_{completion.removeprefix('chatcmpl-')}" for completion in answered)
+    assert sorted(line.result.message.id for line in lines) == answers

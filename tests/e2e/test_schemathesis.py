@@ -72,8 +72,9 @@ def test_no_5xx_and_every_response_matches_the_document(
             run()
         except Exception as error:
             failures[operation.label] = str(error)[:2000]
-    # Files 5, Batches 4, Uploads 4 (create, parts, complete, cancel) and GET /v1/uploads/{id}, Models 2
-    assert len(operations) == 16
+    # Files 5, Batches 4, Uploads 4 (create, parts, complete, cancel) and GET /v1/uploads/{id}, Models 2,
+    # Message Batches 6 (create, list, retrieve, cancel, delete, results)
+    assert len(operations) == 22
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())
 
 
@@ -99,6 +100,12 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
         ("/v1/files/{file_id}", "delete"),
         ("/v1/files/{file_id}", "get"),
         ("/v1/files/{file_id}/content", "get"),
+        ("/v1/messages/batches", "get"),
+        ("/v1/messages/batches", "post"),
+        ("/v1/messages/batches/{batch_id}", "delete"),
+        ("/v1/messages/batches/{batch_id}", "get"),
+        ("/v1/messages/batches/{batch_id}/cancel", "post"),
+        ("/v1/messages/batches/{batch_id}/results", "get"),
         ("/v1/models", "get"),
         ("/v1/models/{model}", "get"),
         ("/v1/uploads", "post"),

@@ -18,6 +18,9 @@ _ENDINGS = {
     BatchStatus.EXPIRED: "expired",
     BatchStatus.CANCELLED: "was cancelled",
 }
+# `--dialect`: OpenAI's batch input file, or Anthropic's Message Batch requests (`/v1/messages/batches`).
+DIALECTS = ("openai", "anthropic")
+NEWLINE = b"\n"
 # The Batch object's timestamp of each way a batch ends.
 _ENDED_AT = {
     BatchStatus.COMPLETED: "completed_at",
@@ -35,6 +38,12 @@ def register(commands: Commands) -> None:
     submit.add_argument("-o", "--output", help="with --wait: download the result files into this directory")
     submit.add_argument(
         "--endpoint", help="default: the url of the file's lines (/v1/chat/completions when it has none)"
+    )
+    submit.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        default="openai",
+        help="anthropic: FILE holds Message Batch requests, one {custom_id, params} per line",
     )
     submit.add_argument("--completion-window", default="24h", help="whole hours, 1h to 168h")
     submit.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="repeat for several")
@@ -56,6 +65,9 @@ def register(commands: Commands) -> None:
     download = commands.add("download", cmd_download, "download a batch's result files")
     download.add_argument("batch_id")
     download.add_argument("-o", "--output", default=".")
+    download.add_argument(
+        "--dialect", choices=DIALECTS, default="openai", help="anthropic: the Message Batch's results.jsonl"
+    )
 
 
 def metadata(pairs: list[str] | None) -> dict[str, str] | None:
@@ -154,22 +166,52 @@ def summary(batch: dict[str, Any]) -> None:
         console.print(f"  {line}")
 
 
+def message_batch_requests(path: Path) -> list[dict[str, Any]]:
+    """The Message Batch requests of a JSONL file, one `{"custom_id", "params"}` object per non-blank
+    line. Raises CliError naming the first line that is not a JSON object."""
+    requests = []
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise CliError(f"error: {path} line {number} is not JSON: {error.msg}", code=2) from None
+        if not isinstance(request, dict):
+            raise CliError(f'error: {path} line {number} is not a {{"custom_id", "params"}} object', code=2)
+        requests.append(request)
+    return requests
+
+
+def _create(client: BatchClient, path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Create the batch of `path` in `args.dialect`: the Batch object (for a Message Batch, the same
+    batch as `/v1/batches` shows it)."""
+    if args.dialect == "anthropic":
+        created = client.create_message_batch(message_batch_requests(path))
+        batch = client.retrieve(created["id"])
+        size = path.stat().st_size
+    else:
+        uploaded = client.upload(path)
+        batch = client.create(
+            uploaded["id"],
+            endpoint=args.endpoint or file_endpoint(path),
+            completion_window=args.completion_window,
+            metadata=metadata(args.metadata),
+            output_expires_after=args.output_expires_after,
+        )
+        size = uploaded["bytes"]
+    if not args.json:
+        console.print(f"batch [bold]{batch['id']}[/] created from {path} ({size} bytes)")
+    return batch
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    """Upload the file and create a batch; with --wait follow it (exit 1 unless it completed)."""
+    """Upload the file and create a batch (`--dialect anthropic`: a Message Batch of its requests);
+    with --wait follow it (exit 1 unless it completed)."""
     client, path = client_of(args), Path(args.file)
     if not path.is_file():
         raise CliError(f"error: no such file: {path}: give the path of a JSONL batch file", code=2)
-    endpoint = args.endpoint or file_endpoint(path)
-    uploaded = client.upload(path)
-    batch = client.create(
-        uploaded["id"],
-        endpoint=endpoint,
-        completion_window=args.completion_window,
-        metadata=metadata(args.metadata),
-        output_expires_after=args.output_expires_after,
-    )
-    if not args.json:
-        console.print(f"batch [bold]{batch['id']}[/] created from {path} ({uploaded['bytes']} bytes)")
+    batch = _create(client, path, args)
     if not args.wait:
         emit(args, batch, lambda: None)
         return 0
@@ -223,9 +265,17 @@ def download_results(
     client: BatchClient, batch: dict[str, Any], out: Path, args: argparse.Namespace
 ) -> list[Path]:
     """Write the batch's output.jsonl / error.jsonl into `out`: by file id, or for a TokenHub batch
-    (ids are s3:// / cos:// paths) from its presigned `*_file_url`. The paths written."""
+    (ids are s3:// / cos:// paths) from its presigned `*_file_url`; with `--dialect anthropic`, the
+    Message Batch's results.jsonl. The paths written."""
     written = []
     out.mkdir(parents=True, exist_ok=True)
+    if getattr(args, "dialect", "openai") == "anthropic":
+        data = client.message_batch_results(batch["id"])
+        path = out / "results.jsonl"
+        path.write_bytes(data)
+        if not args.json:
+            console.print(f"wrote {path} ({data.count(NEWLINE)} lines)")
+        return [path]
     for kind in ("output", "error"):
         file_id, url = batch.get(f"{kind}_file_id"), batch.get(f"{kind}_file_url")
         if not file_id:

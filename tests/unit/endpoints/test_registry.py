@@ -14,6 +14,7 @@ from batchinfer.endpoints.completions import Completions
 from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
 from batchinfer.endpoints.responses import Responses
+from batchinfer.endpoints.messages import Messages
 from batchinfer.wire.line_errors import LineError
 
 CHAT, INFER = "/v1/chat/completions", "/v2/models/{model}/infer"
@@ -32,14 +33,22 @@ class _Made(Endpoint):
         return Usage()
 
 
-def test_the_registry_lists_chat_token_inference_completions_responses_and_embeddings() -> None:
-    assert list(registry.ENDPOINTS) == [CHAT, INFER, "/v1/completions", "/v1/responses", "/v1/embeddings"]
+def test_the_registry_lists_every_endpoint_in_order() -> None:
+    assert list(registry.ENDPOINTS) == [
+        CHAT,
+        INFER,
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+        "/v1/messages",
+    ]
     assert [type(e) for e in registry.ENDPOINTS.values()] == [
         ChatCompletions,
         TokenInfer,
         Completions,
         Responses,
         Embeddings,
+        Messages,
     ]
 
 
@@ -69,8 +78,8 @@ def test_endpoint_for_takes_a_template_or_a_url_it_matches() -> None:
     with pytest.raises(ValueError) as caught:
         registry.endpoint_for("/v1/moderations")
     assert str(caught.value) == (
-        "unsupported batch endpoint '/v1/moderations'; supported: "
-        "/v1/chat/completions, /v2/models/{model}/infer, /v1/completions, /v1/responses, /v1/embeddings"
+        "unsupported batch endpoint '/v1/moderations'; supported: /v1/chat/completions, "
+        "/v2/models/{model}/infer, /v1/completions, /v1/responses, /v1/embeddings, /v1/messages"
     )
 
 

@@ -19,7 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import auth, batches, files, models, uploads
+from batchinfer.api import anthropic, auth, batches, files, models, uploads
 from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
@@ -70,6 +70,7 @@ app.include_router(files.router)
 app.include_router(uploads.router)
 app.include_router(batches.router)
 app.include_router(models.router)
+app.include_router(anthropic.router)
 app.enable_swagger(
     path="/v1/swagger",
     title=TITLE,
@@ -90,6 +91,8 @@ def openapi_document():
 
 
 def _envelope(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
+    if auth.takes_api_key(app.current_event.path):  # the Message Batches routes: Anthropic's envelope
+        return anthropic.error_response(status, body.message, headers)
     return Response(
         status_code=status,
         content_type="application/json",
@@ -116,7 +119,8 @@ def _unauthenticated() -> Response | None:
     if auth.authenticated() or app.current_event.path in auth.OPEN_PATHS:
         return None
     try:
-        auth.authenticate(dict(app.current_event.headers or {}))
+        path = app.current_event.path
+        auth.authenticate(dict(app.current_event.headers or {}), x_api_key=auth.takes_api_key(path))
     except ApiError as error:
         return _api_error(error)
     except Exception as error:  # the key's lookup itself failed (raised here, it would be Lambda's 500)

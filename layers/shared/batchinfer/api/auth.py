@@ -21,6 +21,9 @@ from batchinfer.data.items import ApiKey
 from batchinfer.wire.bearer import WWW_AUTHENTICATE, bearer_token
 
 # Served without a key: the API's own description.
+# The Message Batches routes (Anthropic's dialect) take the key as `x-api-key` too, as older
+# `anthropic` SDKs send it.
+API_KEY_PATHS = "/v1/messages/"
 OPEN_PATHS = frozenset({"/v1/openapi.json", "/v1/swagger"})
 
 _caller: ContextVar[ApiKey | None] = ContextVar("batchinfer_caller", default=None)
@@ -50,9 +53,12 @@ def idempotency_key(headers: dict[str, str]) -> str | None:
     return key
 
 
-def authenticate(headers: dict[str, str]) -> ApiKey:
-    """The live API key of a request's headers; raises `Unauthorized`."""
+def authenticate(headers: dict[str, str], *, x_api_key: bool = False) -> ApiKey:
+    """The live API key of a request's headers (`x_api_key`: an `x-api-key` header too, when there is
+    no bearer token); raises `Unauthorized`."""
     token = bearer_token(headers)
+    if token is None and x_api_key:
+        token = next((v.strip() for k, v in headers.items() if k.lower() == "x-api-key"), None) or None
     if token is None:
         value = next((v for k, v in headers.items() if k.lower() == "authorization"), "").strip()
         if value and value.partition(" ")[0].lower() != "bearer":
@@ -85,9 +91,15 @@ def request_scope() -> Iterator[None]:
 
 def auth_middleware(app: Any, next_middleware: Callable[..., Response]) -> Response:
     """Powertools middleware: authenticate every route but `OPEN_PATHS`, then call the route."""
-    if app.current_event.path not in OPEN_PATHS:
-        _caller.set(authenticate(dict(app.current_event.headers or {})))
+    path = app.current_event.path
+    if path not in OPEN_PATHS:
+        _caller.set(authenticate(dict(app.current_event.headers or {}), x_api_key=takes_api_key(path)))
     return next_middleware(app)
+
+
+def takes_api_key(path: str) -> bool:
+    """True for a path whose routes take an `x-api-key` header as well as a bearer token."""
+    return path.startswith(API_KEY_PATHS) or path == API_KEY_PATHS.rstrip("/")
 
 
 def authenticated() -> bool:

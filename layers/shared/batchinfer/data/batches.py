@@ -314,15 +314,25 @@ def begin_expiry(batch_id: str, *, at: int | None = None) -> BatchHeader | None:
     )
 
 
-def page(account_id: str, *, limit: int, after: str | None = None) -> tuple[list[BatchHeader], bool]:
-    """An account's batches newest first: (`limit` headers after batch `after`, has_more).
+def page(
+    account_id: str,
+    *,
+    limit: int,
+    after: str | None = None,
+    before: str | None = None,
+    endpoint: str | None = None,
+) -> tuple[list[BatchHeader], bool]:
+    """An account's batches newest first: (`limit` headers, has_more).
 
-    A batch `after` that the account does not own gives an empty page.
+    The page is the one right after batch `after` (older ones: has_more says whether still older ones
+    follow) or, given `before`, right before batch `before` (newer ones: has_more says whether still
+    newer ones precede it), newest first either way. `endpoint`: only batches of that endpoint. A
+    batch `after`/`before` that the account does not own gives an empty page.
     """
-    table, start = handle(), None
-    if after:
+    table, start, anchor_id = handle(), None, before or after
+    if anchor_id:
         # The stored GSI1 sort key (it holds a write time) says where the page starts.
-        anchor = table.get_item(Key=keys.batch(after), ConsistentRead=False).get("Item")
+        anchor = table.get_item(Key=keys.batch(anchor_id), ConsistentRead=False).get("Item")
         if anchor is None or anchor.get("account_id") != account_id:
             return [], False
         start = keys.index_position(anchor)
@@ -330,14 +340,33 @@ def page(account_id: str, *, limit: int, after: str | None = None) -> tuple[list
         table.query,
         limit=limit,
         start=start,
-        keep=lambda item: item["PK"].startswith(keys.BATCH_PREFIX),
+        keep=lambda item: (
+            item["PK"].startswith(keys.BATCH_PREFIX)
+            and (endpoint is None or item.get("endpoint") == endpoint)
+        ),
         IndexName="GSI1",
         KeyConditionExpression="GSI1PK = :pk",
-        ScanIndexForward=False,
+        ScanIndexForward=before is not None,
         Limit=limit + 1,
         ExpressionAttributeValues={":pk": keys.account_batches(account_id)},
     )
-    return [BatchHeader.model_validate(item) for item in found], has_more
+    ordered = found[::-1] if before is not None else found
+    return [BatchHeader.model_validate(item) for item in ordered], has_more
+
+
+def delete(batch_id: str) -> None:
+    """Delete a batch's header and its shard items (one partition), for good. Its files are the
+    caller's to delete."""
+    table = handle()
+    entries = items(
+        table.query,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": keys.batch(batch_id)["PK"]},
+        ProjectionExpression="PK, SK",
+    )
+    with table.batch_writer() as writer:
+        for entry in entries:
+            writer.delete_item(Key={"PK": entry["PK"], "SK": entry["SK"]})
 
 
 def open_headers() -> Iterator[BatchHeader]:

@@ -74,6 +74,8 @@ class Endpoint(ABC):
     - `served_by(serves)`: whether a backend serving the templates `serves` (its `serves` attribute)
       can answer this endpoint.
     - `max_batch_inputs` and `inputs(body)`: a batch-wide cap on inputs (embeddings: 50,000).
+    - `listed`: False for an endpoint no user writes lines of (the Message Batches routes write
+      them): error messages do not suggest it.
     - `plain_body`: an optional fast check (None: none), True only for bodies `check_body` accepts
       (False says nothing), for the common line of a large file.
     """
@@ -86,6 +88,7 @@ class Endpoint(ABC):
     plain_body: ClassVar[Callable[[dict[str, Any]], bool] | None] = None
     # The most inputs (see `inputs`) a whole batch may hold; None: no limit beyond its line count.
     max_batch_inputs: ClassVar[int | None] = None
+    listed: ClassVar[bool] = True
 
     @abstractmethod
     def check_body(self, body: dict[str, Any], line: int) -> list[LineError]:

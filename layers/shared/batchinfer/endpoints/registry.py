@@ -15,6 +15,7 @@ from batchinfer.endpoints.completions import Completions
 from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
 from batchinfer.endpoints.responses import Responses
+from batchinfer.endpoints.messages import Messages
 from batchinfer.wire.messages import safe
 
 __all__ = ["ENDPOINTS", "OTHER_OPENAI_URLS", "endpoint_for", "find_endpoint", "register", "url_hint"]
@@ -28,6 +29,7 @@ ENDPOINTS: dict[str, Endpoint] = {
         Completions(),
         Responses(),
         Embeddings(),
+        Messages(),
     )
 }
 # Endpoints of the OpenAI Batch API that this service does not serve: a line naming one of them is
@@ -63,9 +65,10 @@ def endpoint_for(endpoint: str) -> Endpoint:
 
 def url_hint(url: str) -> str:
     """What to use instead of an unknown url: the fix for a missing slash, or the closest match."""
-    known = [*ENDPOINTS, *sorted(OTHER_OPENAI_URLS)]
+    listed = [template for template, endpoint in ENDPOINTS.items() if endpoint.listed]
+    known = [*listed, *sorted(OTHER_OPENAI_URLS)]
     if not url.startswith("/") and find_endpoint("/" + url):
         return f'urls start with "/": use "/{safe(url)}".'
     if close := difflib.get_close_matches(url, known, n=1, cutoff=0.8):
         return f'did you mean "{close[0]}"?'
-    return "known urls: " + ", ".join(f'"{u}"' for u in ENDPOINTS)
+    return "known urls: " + ", ".join(f'"{u}"' for u in listed)

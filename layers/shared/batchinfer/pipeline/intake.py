@@ -10,7 +10,14 @@ from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts, batches, sqs
 from batchinfer.data.items import BatchHeader
 from batchinfer.data.table import now
-from batchinfer.wire.openai import BatchErrors, InputSource, LineErrorOut, OutputTarget, window_hours
+from batchinfer.wire.openai import (
+    BatchErrors,
+    InputSource,
+    LineErrorOut,
+    OutputTarget,
+    RequestCounts,
+    window_hours,
+)
 from batchinfer.wire.status import BatchStatus
 
 
@@ -23,7 +30,9 @@ class NewBatch(BaseModel):
     as for inbox uploads). `input_version_id` / `input_etag` pin the object prepare reads (the upload
     an S3 event named). `max_active` / `max_per_minute` are the account's limits (None: counted, never
     refused). `output_expires_after`: seconds after creation at which the result files expire (None:
-    never). The other fields are stored on the `BatchHeader` as given.
+    never). `request_count`: the requests, when known before prepare counts them (the Message Batches
+    routes: `request_counts.total` from creation on). The other fields are stored on the `BatchHeader`
+    as given.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -50,11 +59,20 @@ class NewBatch(BaseModel):
     max_active: int | None = None
     max_per_minute: int | None = None
     output_expires_after: int | None = None
+    request_count: int | None = None
 
 
 # The fields of `NewBatch` that `_header` derives the header's from, or that are not stored.
 _DERIVED = frozenset(
-    {"batch_id", "output_bucket", "output_prefix", "max_active", "max_per_minute", "output_expires_after"}
+    {
+        "batch_id",
+        "output_bucket",
+        "output_prefix",
+        "max_active",
+        "max_per_minute",
+        "output_expires_after",
+        "request_count",
+    }
 )
 
 
@@ -71,6 +89,7 @@ def _header(new: NewBatch, created_at: int) -> BatchHeader:
         output_prefix=new.output_prefix or f"batches/{new.batch_id}/",
         output_expires_at=None if new.output_expires_after is None else created_at + new.output_expires_after,
         prepare_queued_at=created_at,  # its prepare message is sent by `create_batch`
+        **({} if new.request_count is None else {"request_counts": RequestCounts(total=new.request_count)}),
     )
 
 

@@ -173,3 +173,39 @@ def test_a_file_mixing_urls_is_a_usage_error_naming_the_first_line_of_each(tmp_p
         "endpoint: split the file, or give --endpoint to have the other lines reported",
         2,
     )
+
+
+def test_submit_with_the_anthropic_dialect_creates_a_message_batch_and_downloads_its_results(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    # Given a file of Message Batch requests and a batch that completes
+    path = tmp_path / "requests.jsonl"
+    request = {"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": []}}
+    path.write_text(json.dumps(request) + "\n\n")
+    sent: list[list[dict]] = []
+    monkeypatch.setattr(
+        BatchClient, "create_message_batch", lambda self, requests: sent.append(requests) or {"id": "batch_1"}
+    )
+    monkeypatch.setattr(BatchClient, "retrieve", lambda self, batch_id: _finished("in_progress"))
+    monkeypatch.setattr(BatchClient, "wait", lambda self, batch_id, **_: _finished("completed"))
+    monkeypatch.setattr(BatchClient, "message_batch_results", lambda self, batch_id: b'{"custom_id":"a"}\n')
+
+    # When `submit --dialect anthropic --wait -o` runs it
+    out = tmp_path / "out"
+    code = cli.main(
+        ["submit", str(path), "--dialect", "anthropic", "--wait", "-o", str(out), "--json", "--api-key", "k"]
+    )
+
+    # Then the requests went to /v1/messages/batches and its results are in results.jsonl
+    assert (code, sent) == (0, [[request]])
+    assert (out / "results.jsonl").read_bytes() == b'{"custom_id":"a"}\n'
+    assert json.loads(capsys.readouterr().out)["status"] == "completed"
+
+
+def test_a_message_batch_file_line_that_is_not_json_is_a_usage_error(tmp_path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_text("{}\nnope\n")
+
+    code = cli.main(["submit", str(path), "--dialect", "anthropic", "--api-key", "k"])
+
+    assert code == 2
