@@ -40,15 +40,21 @@ def test_every_model_is_listed_with_the_endpoints_it_serves(registry: Path) -> N
                 "object": "model",
                 "created": created,
                 "owned_by": "openai",
-                "endpoints": ["/v1/chat/completions", "/v1/completions", "/v1/responses"],
+                "endpoints": [
+                    "/v1/chat/completions",
+                    "/v1/completions",
+                    "/v1/responses",
+                    "/v1/embeddings",
+                    "/v1/messages",
+                ],
             },
             {
                 "id": "nova",
                 "object": "model",
                 "created": created,
                 "owned_by": "bedrock",
-                "endpoints": ["/v1/chat/completions", "/v1/responses"],
+                "endpoints": ["/v1/chat/completions", "/v1/responses", "/v1/messages"],
             },
         ],
     }
-    assert retrieve_model("nova").endpoints == ["/v1/chat/completions", "/v1/responses"]
+    assert retrieve_model("nova").endpoints == ["/v1/chat/completions", "/v1/responses", "/v1/messages"]

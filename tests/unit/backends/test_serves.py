@@ -29,7 +29,7 @@ REGISTRY = ModelRegistry.from_dict(
     ("name", "serves"),
     [
         ("smol", {CHAT, COMPLETIONS, RESPONSES, TOKENS}),
-        ("vllm", {CHAT, COMPLETIONS, RESPONSES}),
+        ("vllm", {CHAT, COMPLETIONS, RESPONSES, "/v1/embeddings"}),
         ("nova", {CHAT, RESPONSES}),
         ("mindie", {CHAT, COMPLETIONS, RESPONSES, TOKENS}),
     ],

@@ -13,8 +13,8 @@ from batchinfer.endpoints.chat import ChatCompletions
 from batchinfer.endpoints.completions import Completions
 from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
-from batchinfer.endpoints.responses import Responses
 from batchinfer.endpoints.messages import Messages
+from batchinfer.endpoints.responses import Responses
 from batchinfer.wire.line_errors import LineError
 
 CHAT, INFER = "/v1/chat/completions", "/v2/models/{model}/infer"

@@ -77,7 +77,9 @@ class BedrockBackend:
     def serves_for(cls, config: BedrockConfig) -> frozenset[str]:
         """What a model of `config` serves: embeddings only for an embedding model (Titan Text Embeddings
         V2, Cohere Embed), else `serves`."""
-        return frozenset({EMBEDDINGS_ENDPOINT}) if embeddings_model(config.model_id) is not None else cls.serves
+        return (
+            frozenset({EMBEDDINGS_ENDPOINT}) if embeddings_model(config.model_id) is not None else cls.serves
+        )
 
     @cached_property
     def client(self) -> Any:

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, RegistryError, require_utf8
 from batchinfer.backends.http import Answer, post_json, upstream_error
-from batchinfer.wire.openai import CHAT_ENDPOINT, COMPLETIONS_ENDPOINT, EMBEDDINGS_ENDPOINT, RESPONSES_ENDPOINT
+from batchinfer.wire.openai import (
+    CHAT_ENDPOINT,
+    COMPLETIONS_ENDPOINT,
+    EMBEDDINGS_ENDPOINT,
+    RESPONSES_ENDPOINT,
+)
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import OpenAICompatConfig

@@ -26,9 +26,9 @@ from batchinfer.wire.embeddings import (
 )
 from batchinfer.wire.line_errors import ErrorCode, LineError, line_errors
 from batchinfer.wire.messages import describe
+from batchinfer.wire.openai import EMBEDDINGS_ENDPOINT
 
-__all__ = ["EMBEDDINGS_ENDPOINT", "Embeddings", "EmbeddingsServer", "check_embeddings_body"]
-
+__all__ = ["Embeddings", "EmbeddingsServer", "check_embeddings_body"]
 
 
 def check_embeddings_body(body: dict[str, Any], line: int) -> list[LineError]:

@@ -21,8 +21,8 @@ from batchinfer.backends.base import BackendError
 from batchinfer.endpoints.base import Endpoint, Server, Usage
 from batchinfer.wire.anthropic import MESSAGES_ENDPOINT, Message, MessageParams
 from batchinfer.wire.line_errors import ErrorCode, LineError
-from batchinfer.wire.openai import CHAT_ENDPOINT
 from batchinfer.wire.messages import loc_path
+from batchinfer.wire.openai import CHAT_ENDPOINT
 
 __all__ = ["Messages", "MessagesServer", "message_of", "params_problem"]
 

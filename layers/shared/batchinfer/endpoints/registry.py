@@ -14,8 +14,8 @@ from batchinfer.endpoints.chat import ChatCompletions
 from batchinfer.endpoints.completions import Completions
 from batchinfer.endpoints.embeddings import Embeddings
 from batchinfer.endpoints.infer import TokenInfer
-from batchinfer.endpoints.responses import Responses
 from batchinfer.endpoints.messages import Messages
+from batchinfer.endpoints.responses import Responses
 from batchinfer.wire.messages import safe
 
 __all__ = ["ENDPOINTS", "OTHER_OPENAI_URLS", "endpoint_for", "find_endpoint", "register", "url_hint"]
