@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from batchinfer.wire.openai import CHAT_ENDPOINT
 from batchinfer.wire.status import BatchStatus
 from batchinfer_local.client import ApiError, BatchClient, Unreachable
 
@@ -147,8 +148,10 @@ class SmokeRun:
         self.record(result)
 
     def models(self) -> str:
-        listed = [m["id"] for m in self.client.request("GET", "/models").json()["data"]]
-        self.state["model"] = self.model or (listed[0] if listed else DEFAULT_MODEL)
+        models = self.client.request("GET", "/models").json()["data"]
+        listed = [m["id"] for m in models]
+        chat = [m["id"] for m in models if CHAT_ENDPOINT in m.get("endpoints", [CHAT_ENDPOINT])]
+        self.state["model"] = self.model or (chat or listed or [DEFAULT_MODEL])[0]
         assert self.state["model"] in listed, f"{self.state['model']} is not among the models {listed}"
         return f"{len(listed)} model(s); batch model {self.state['model']}"
 

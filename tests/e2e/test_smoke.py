@@ -35,7 +35,7 @@ def test_smoke_passes_on_the_local_stack_with_one_line_per_step(
     lines = out.splitlines()
     assert (code, err) == (0, ""), out
     assert [line.split()[:2] for line in lines] == [["PASS", step] for step in STEPS]
-    assert lines[0] == "PASS models         1 model(s); batch model smollm2-135m-instruct"
+    assert lines[0] == "PASS models         2 model(s); batch model smollm2-135m-instruct"
     assert re.fullmatch(r"PASS upload         file-[0-9a-f]{24} \(\d+ bytes\)", lines[1])
     assert re.fullmatch(r"PASS progress       completed in [\d.]+ s; done counts seen \[.*4\]", lines[3])
     assert lines[4] == "PASS download       4 answers in input order"
