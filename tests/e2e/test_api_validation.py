@@ -190,7 +190,8 @@ def test_a_file_of_another_purpose_or_nobody_is_refused(http: httpx.Client) -> N
             "endpoint",
             "/v1/moderations",
             'endpoint: string "/v1/moderations" is not a batch endpoint: use "/v1/chat/completions", '
-            '"/v1/completions", "/v1/responses", or "/v2/models/{model}/infer" for KServe v2 token requests',
+            '"/v1/completions", "/v1/responses", "/v1/embeddings", or "/v2/models/{model}/infer" for KServe '
+            "v2 token requests",
         ),
     ],
 )
