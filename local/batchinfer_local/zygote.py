@@ -228,6 +228,9 @@ def _kill(pid: int, children: set[int]) -> None:
 
 def main() -> None:
     """Run the zygote on the socket named by argv[1] (see the module docstring)."""
+    # Ctrl-C reaches the whole process group: the stack that started this zygote ends it (and its
+    # environments) by closing the control socket, as Lambda ends environments, without tracebacks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = socket.socket(fileno=int(sys.argv[1]))
 
     def send(message: dict[str, Any]) -> None:
