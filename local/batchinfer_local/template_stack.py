@@ -203,8 +203,9 @@ class TemplateStack:
         """
         self._stopping.set()
         started = [source for source in self._sources if source.ident is not None]  # start() may have failed
+        polling_ends = time.monotonic() + 5  # one deadline for all: a poller may be in a long poll
         for source in started:
-            source.join(timeout=5)
+            source.join(timeout=max(0.0, polling_ends - time.monotonic()))
         deadline = time.monotonic() + 10
         for source in started:
             for thread in source.join_batches(max(0.0, deadline - time.monotonic())):
