@@ -27,14 +27,15 @@ def _models(registry: ModelRegistry) -> list[Model]:
     source = FilePath(registry.source)
     created = int(source.stat().st_mtime) if source.is_file() else 0
     return [
-        Model(
-            id=name,
-            created=created,
-            owned_by=registry.config(name).backend,
-            endpoints=[t for t, endpoint in ENDPOINTS.items() if endpoint.served_by(registry.serves(name))],
-        )
+        Model(id=name, created=created, owned_by=registry.config(name).backend, endpoints=_endpoints(serves))
         for name in registry.names()
+        for serves in [registry.serves(name)]  # read once per model, not once per endpoint
     ]
+
+
+def _endpoints(serves: frozenset[str]) -> list[str]:
+    """The endpoint templates a backend declaring `serves` answers, in the registry's order."""
+    return [template for template, endpoint in ENDPOINTS.items() if endpoint.served_by(serves)]
 
 
 @router.get("/v1/models", responses=documented(None))
