@@ -5,6 +5,7 @@ The resources come from template.yaml (the local stack's own loader), so tests c
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 
@@ -28,6 +31,17 @@ from batchinfer_local.stack import DEFAULT_TEMPLATE
 from batchinfer_local.template import Resolver, load_template
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def _shared_loader(data_path: str | None = None) -> botocore.loaders.Loader:
+    return botocore.loaders.create_loader(data_path)
+
+
+# moto starts every test with a new default boto3 session, and each new botocore session parses the
+# service models' JSON again (about 0.3 CPU-s a test): one loader for the process, whose cache of
+# parsed models is shared by its sessions as one session's clients share it.
+botocore.session.create_loader = _shared_loader
 EVENTS = REPO / "events"
 
 

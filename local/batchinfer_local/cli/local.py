@@ -131,11 +131,11 @@ def _run_local(stack: Any, port: int) -> int:
             f"`batchinfer keys|accounts|buckets ... --local` use them (state in {state})"
         )
         stopped = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-        try:
-            stopped.wait()
-        except KeyboardInterrupt:
-            pass
+        # SIGINT too: a process started in the background (a script's `&`, a test runner's worker)
+        # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stopped.set())
+        stopped.wait()
     finally:
         state.unlink(missing_ok=True)
         stack.stop()
