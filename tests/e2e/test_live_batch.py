@@ -7,9 +7,10 @@ HTTP API of the local stack.
 - A cancel or an expiry mid-run keeps every answer the model gave: output.jsonl holds exactly the
   completions the model's own log says it answered; every other request is a `batch_cancelled` /
   `batch_expired` line; the invariant holds.
-- A Message Batch (the `anthropic` SDK) shows the same live counts in its own dialect: `request_counts`
-  move while it runs and always sum to its requests, `processing_status` only moves forward
-  (in_progress, canceling once cancelled, ended), and its results hold every answer once.
+- A Message Batch (the `anthropic` SDK), cancelled mid-run, shows the same live counts in its own
+  dialect: `request_counts` move while it runs and always sum to its requests, `processing_status`
+  only moves forward (in_progress, canceling, ended), and its results hold every answer once, the
+  rest `canceled`.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def test_expiry_mid_run_keeps_every_answer(http: httpx.Client) -> None:
     assert_batch_invariant(final, text, raw(http, final["output_file_id"]), raw(http, final["error_file_id"]))
 
 
-# ---- The same batches as Message Batches, through the anthropic SDK.
+# ---- A Message Batch cancelled mid-run, through the anthropic SDK.
 
 PROCESSING_ORDER = ("in_progress", "canceling", "ended")
 
@@ -228,37 +229,9 @@ def message_ids(answered: list[str]) -> list[str]:
     return sorted(f"msg_{completion.removeprefix('chatcmpl-')}" for completion in answered)
 
 
-def test_a_message_batch_shows_requests_as_they_finish(sdk: Anthropic) -> None:
-    # Given a 24-request Message Batch on the embedded model (three shards of 8)
-    requests = message_requests("msg-live", 24, max_tokens=8)
-
-    # When it runs, retrieved every 0.2 s
-    series, answered = run_messages(sdk, requests)
-
-    # Then its counts moved while in progress, always summing to 24, and it ended with 24 succeeded
-    final = series[-1]
-    partial = {b["request_counts"]["succeeded"] for b in series if b["processing_status"] == "in_progress"}
-    assert len(partial - {0, 24}) >= 4, sorted(partial)
-    assert {b["processing_status"] for b in series[:-1]} == {"in_progress"}
-    assert_message_counts_live(series, 24)
-    assert final["request_counts"] == {
-        "processing": 0,
-        "succeeded": 24,
-        "errored": 0,
-        "canceled": 0,
-        "expired": 0,
-    }
-    assert final["ended_at"] is not None and final["cancel_initiated_at"] is None
-    # And its results hold every answer the model gave, once, in input order
-    lines = list(sdk.messages.batches.results(final["id"]))
-    assert [line.custom_id for line in lines] == [r["custom_id"] for r in requests]
-    assert {line.result.type for line in lines} == {"succeeded"}
-    assert sorted(line.result.message.id for line in lines) == message_ids(answered)
-
-
 def test_a_message_batch_cancelled_mid_run_keeps_every_answer(sdk: Anthropic) -> None:
     # Given a 64-request Message Batch (more than a fast machine answers between two retrieves)
-    requests = message_requests("msg-cancel", 64, max_tokens=16)
+    requests = message_requests("msg-cancel", 64, max_tokens=8)
     cancelled: list[str] = []
 
     def cancel_after_some_answers(batch: dict[str, Any]) -> None:
@@ -268,9 +241,12 @@ def test_a_message_batch_cancelled_mid_run_keeps_every_answer(sdk: Anthropic) ->
     # When it is cancelled once retrieve shows 3 answers
     series, answered = run_messages(sdk, requests, on_poll=cancel_after_some_answers)
 
-    # Then it went in_progress -> (canceling) -> ended, its counts always summing to 64
+    # Then its counts moved while it ran (some succeeded, others processing), always summing to 64,
+    # and it went in_progress -> (canceling) -> ended
     final = series[-1]
     assert cancelled == ["canceling"]
+    running = [b["request_counts"] for b in series if b["processing_status"] == "in_progress"]
+    assert any(counts["succeeded"] >= 3 and counts["processing"] > 0 for counts in running), running
     assert (series[0]["processing_status"], series[-1]["processing_status"]) == ("in_progress", "ended")
     assert_message_counts_live(series, 64)
     # And every answer the model gave is a succeeded result, once; the rest canceled
