@@ -230,6 +230,16 @@ def test_an_anthropic_message_batch_under_crashes(stack: LocalStack, tmp_path: P
     assert (batch["status"], fired.get("crash_before_commit", 0) >= 1) == ("completed", True)
     assert_batch_invariant(batch, path.read_text(), output, errors)
     assert_counts_monotonic(series)
+    # And in Anthropic's dialect: every request once (nothing lost, nothing twice), all succeeded
+    ended = sdk.messages.batches.retrieve(batch["id"])
+    assert ended.processing_status == "ended"
+    assert ended.request_counts.model_dump() == {
+        "processing": 0,
+        "succeeded": len(requests),
+        "errored": 0,
+        "canceled": 0,
+        "expired": 0,
+    }
     lines = list(sdk.messages.batches.results(batch["id"]))
     assert [line.custom_id for line in lines] == [r["custom_id"] for r in requests]
     assert {line.result.type for line in lines} == {"succeeded"}

@@ -7,6 +7,10 @@ HTTP API of the local stack.
 - A cancel or an expiry mid-run keeps every answer the model gave: output.jsonl holds exactly the
   completions the model's own log says it answered; every other request is a `batch_cancelled` /
   `batch_expired` line; the invariant holds.
+- A Message Batch (the `anthropic` SDK), cancelled mid-run, shows the same live counts in its own
+  dialect: `request_counts` move while it runs and always sum to its requests, `processing_status`
+  only moves forward (in_progress, canceling, ended), and its results hold every answer once, the
+  rest `canceled`.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
+from anthropic import Anthropic
 
 from batchinfer_local import LocalStack
-from support.api_stack import api_client, chat_line, create, jsonl, result_lines, upload
+from support.api_stack import MODEL, api_client, chat_line, create, jsonl, result_lines, upload
 from support.invariant import assert_batch_invariant
 from support.live import AnswerLog, assert_counts_monotonic, output_completion_ids, watch
 from support.stacks import SharedStacks, StackConfig
@@ -162,3 +167,100 @@ def test_expiry_mid_run_keeps_every_answer(http: httpx.Client) -> None:
     assert {line["error"]["code"] for line in errors} == {"batch_expired"}
     assert final["request_counts"] == {"total": 192, "completed": len(output), "failed": 192 - len(output)}
     assert_batch_invariant(final, text, raw(http, final["output_file_id"]), raw(http, final["error_file_id"]))
+
+
+# ---- A Message Batch cancelled mid-run, through the anthropic SDK.
+
+PROCESSING_ORDER = ("in_progress", "canceling", "ended")
+
+
+@pytest.fixture
+def sdk(stack: LocalStack) -> Iterator[Anthropic]:
+    yield Anthropic(base_url=stack.base_url, api_key=stack.api_key, max_retries=0)
+    stack.wait_idle(120)
+
+
+def message_requests(tag: str, n: int, max_tokens: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "custom_id": f"{tag}-{i:02d}",
+            "params": {
+                "model": MODEL,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": f"Write a line about the number {i}."}],
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def run_messages(
+    sdk: Anthropic, requests: list[dict[str, Any]], on_poll: Any = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Create a Message Batch and retrieve it until ended; (every snapshot, completion ids answered)."""
+    with AnswerLog() as answers:
+        batch_id = sdk.messages.batches.create(requests=requests).id
+        series = watch(
+            lambda: sdk.messages.batches.retrieve(batch_id).model_dump(mode="json"),
+            until=lambda batch: batch["processing_status"] == "ended",
+            on_poll=on_poll,
+            timeout_s=500,
+        )
+    return series, answers.ids
+
+
+def assert_message_counts_live(series: list[dict[str, Any]], total: int) -> None:
+    """Every snapshot's counts sum to `total`; `processing_status` never goes back; processing never
+    goes up and no other count goes down from one retrieve to the next."""
+    steps = [PROCESSING_ORDER.index(batch["processing_status"]) for batch in series]
+    assert steps == sorted(steps), [batch["processing_status"] for batch in series]
+    previous = None
+    for batch in series:
+        counts = batch["request_counts"]
+        assert sum(counts.values()) == total, counts
+        now = (-counts["processing"], counts["succeeded"], counts["errored"], counts["canceled"])
+        if previous is not None:
+            assert all(a <= b for a, b in zip(previous, now, strict=True)), (previous, now)
+        previous = now
+
+
+def message_ids(answered: list[str]) -> list[str]:
+    return sorted(f"msg_{completion.removeprefix('chatcmpl-')}" for completion in answered)
+
+
+def test_a_message_batch_cancelled_mid_run_keeps_every_answer(sdk: Anthropic) -> None:
+    # Given a 64-request Message Batch (more than a fast machine answers between two retrieves)
+    requests = message_requests("msg-cancel", 64, max_tokens=8)
+    cancelled: list[str] = []
+
+    def cancel_after_some_answers(batch: dict[str, Any]) -> None:
+        if not cancelled and batch["request_counts"]["succeeded"] >= 3:
+            cancelled.append(sdk.messages.batches.cancel(batch["id"]).processing_status)
+
+    # When it is cancelled once retrieve shows 3 answers
+    series, answered = run_messages(sdk, requests, on_poll=cancel_after_some_answers)
+
+    # Then its counts moved while it ran (some succeeded, others processing), always summing to 64,
+    # and it went in_progress -> (canceling) -> ended
+    final = series[-1]
+    assert cancelled == ["canceling"]
+    running = [b["request_counts"] for b in series if b["processing_status"] == "in_progress"]
+    assert any(counts["succeeded"] >= 3 and counts["processing"] > 0 for counts in running), running
+    assert (series[0]["processing_status"], series[-1]["processing_status"]) == ("in_progress", "ended")
+    assert_message_counts_live(series, 64)
+    # And every answer the model gave is a succeeded result, once; the rest canceled
+    lines = list(sdk.messages.batches.results(final["id"]))
+    succeeded = [line for line in lines if line.result.type == "succeeded"]
+    assert [line.custom_id for line in lines] == [r["custom_id"] for r in requests]
+    assert sorted(line.result.message.id for line in succeeded) == message_ids(answered)
+    assert 3 <= len(succeeded) < 64
+    assert {line.result.type for line in lines} == {"succeeded", "canceled"}
+    assert final["request_counts"] == {
+        "processing": 0,
+        "succeeded": len(succeeded),
+        "errored": 0,
+        "canceled": 64 - len(succeeded),
+        "expired": 0,
+    }
+    assert final["ended_at"] >= final["cancel_initiated_at"]

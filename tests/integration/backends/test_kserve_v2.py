@@ -312,3 +312,37 @@ def test_completions_need_the_tokenizer_files(scripted: Scripted) -> None:
         "model 'remote' takes token ids only: set tokenizer and tokenizer_config in the registry to serve "
         "completions requests",
     )
+
+
+@pytest.mark.parametrize(
+    ("top_k", "options", "sent_top_k"),
+    [
+        (5, {}, 5),
+        (None, {}, 2**31 - 1),  # the whole vocabulary, its size unknown
+        (0, {}, 2**31 - 1),
+        (-1, {"vocab_size": 10}, 10),
+        (50, {"vocab_size": 10}, 10),
+    ],
+)
+def test_a_request_s_top_k_is_sent_as_the_token_server_s_top_k(
+    scripted: Scripted,
+    word_tokenizer: dict[str, str],
+    top_k: int | None,
+    options: dict[str, Any],
+    sent_top_k: int,
+) -> None:
+    # Given a chat body with vLLM's top_k extension (or none)
+    backend = client(scripted, "ok", **word_tokenizer, **options)
+    before = len(scripted.received.get("ok", []))
+    extra = {} if top_k is None else {"top_k": top_k}
+
+    # When it is answered
+    asyncio.run(
+        backend.chat_completion(
+            {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3, **extra}
+        )
+    )
+
+    # Then the token request sampled from that many tokens (all of the vocabulary for none, -1 or 0)
+    [sent] = scripted.received["ok"][before:]
+    assert (sent["parameters"]["do_sample"], sent["parameters"]["top_k"]) == (True, sent_top_k)

@@ -244,3 +244,18 @@ def test_requests_waiting_for_the_model_can_be_withdrawn(smollm2: ChatBackend) -
     assert withdrawn == 3
     assert [type(r).__name__ for r in results] == ["dict"] * sequences + ["RequestNotStarted"] * 3
     assert all(1 <= r["usage"]["completion_tokens"] <= 48 for r in results[:sequences])
+
+
+def test_a_request_s_top_k_reaches_the_sampler(smollm2: ChatBackend) -> None:
+    # Given a prompt's greedy answer
+    prompt = user("Name a colour.")
+    greedy = complete(smollm2, messages=prompt, max_tokens=8, temperature=0)["choices"][0]["message"]
+
+    # When it is sampled hot with several seeds but only the most likely token kept (vLLM's top_k)
+    sampled = [
+        complete(smollm2, messages=prompt, max_tokens=8, temperature=1.5, top_k=1, seed=seed)["choices"][0]
+        for seed in (1, 2, 3)
+    ]
+
+    # Then every draw is the greedy answer
+    assert [choice["message"] for choice in sampled] == [greedy] * 3

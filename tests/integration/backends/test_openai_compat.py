@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from batchinfer.backends import BackendError, ChatBackend, ModelRegistry
+from batchinfer.endpoints.messages import MessagesServer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -228,3 +229,24 @@ def test_embeddings_pass_through_to_the_servers_embeddings(scripted: Any) -> Non
         "bad_response",
         "The model server's answer is not an embeddings list (no 'data' list).",
     )
+
+
+@pytest.mark.parametrize(("extra", "sent"), [({"top_k": 5}, {"top_k": 5}), ({}, {})])
+def test_a_message_batch_request_s_top_k_is_sent_only_when_set(
+    scripted: Any, extra: dict[str, Any], sent: dict[str, Any]
+) -> None:
+    # Given a Message Batch request to an OpenAI-compatible server (vLLM and SGLang read `top_k`)
+    params = {"model": NAME, "max_tokens": 3, "messages": user("hi"), **extra}
+
+    # When it is answered through the chat endpoint
+    message = asyncio.run(
+        MessagesServer(backend(scripted.base_url("echo"))).chat_completion({"model": NAME, "params": params})
+    )
+
+    # Then the chat body upstream carried top_k as an extra field only when the request set it
+    assert json.loads(message["content"][0]["text"])["body"] == {
+        "model": UPSTREAM,
+        "messages": user("hi"),
+        "max_tokens": 3,
+        **sent,
+    }

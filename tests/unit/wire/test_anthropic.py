@@ -39,6 +39,7 @@ def test_the_chat_body_puts_the_system_prompt_first_and_maps_the_sampling_fields
         "max_tokens": 8,
         "temperature": 0.5,
         "top_p": 0.9,
+        "top_k": 5,
         "stop": ["END"],
     }
 

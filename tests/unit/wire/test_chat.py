@@ -236,3 +236,29 @@ def test_a_completion_serialises_as_openai_s_chat_completion_object() -> None:
         ("system_fingerprint", None),
     ]
     assert list(completion["choices"][0]) == ["index", "message", "logprobs", "finish_reason"]
+
+
+@pytest.mark.parametrize(("value", "read"), [(None, None), (-1, -1), (0, 0), (40, 40)])
+def test_vllm_s_top_k_extension_is_read_as_given(value: int | None, read: int | None) -> None:
+    extra = {} if value is None else {"top_k": value}
+
+    assert read_chat_request({"messages": USER, **extra}).top_k == read
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (-2, "Input should be greater than or equal to -1"),
+        (1.5, "Input should be a valid integer"),
+        ("5", "Input should be a valid integer"),
+    ],
+)
+def test_a_top_k_below_minus_one_or_not_an_integer_is_an_invalid_value(value: Any, reason: str) -> None:
+    with pytest.raises(ChatRequestError) as caught:
+        read_chat_request({"messages": USER, "top_k": value})
+
+    assert (caught.value.code, caught.value.param, caught.value.message) == (
+        "invalid_value",
+        "top_k",
+        f"Invalid value for 'top_k': {reason}.",
+    )

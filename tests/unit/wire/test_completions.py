@@ -66,3 +66,11 @@ def test_what_a_model_cannot_do_is_a_400_naming_the_field(
         read_completion_request(body)
 
     assert (raised.value.code, raised.value.param, raised.value.message) == (code, param, message)
+
+
+def test_vllm_s_top_k_extension_is_read_as_on_chat() -> None:
+    assert read_completion_request({"prompt": "x", "top_k": 5}).top_k == 5
+    assert read_completion_request({"prompt": "x"}).top_k is None
+    with pytest.raises(ChatRequestError) as caught:
+        read_completion_request({"prompt": "x", "top_k": -2})
+    assert (caught.value.code, caught.value.param) == ("invalid_value", "top_k")

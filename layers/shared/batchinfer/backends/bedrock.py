@@ -8,6 +8,8 @@ Request mapping (OpenAI -> Converse):
   consecutive messages of one role merged into one message (Converse wants the roles to alternate);
 - `max_completion_tokens`/`max_tokens` (else the model's `default_max_tokens`) -> `inferenceConfig.maxTokens`,
   `temperature` -> `temperature`, `top_p` -> `topP`, `stop` -> `stopSequences`;
+- vLLM's `top_k` extension k > 0 -> `additionalModelRequestFields` (Anthropic and Nova models only:
+  `batchinfer.backends.bedrock_messages.top_k_fields`), -1 or 0 -> nothing (the whole vocabulary);
 - `seed` is ignored (Converse has none); `presence_penalty`, `frequency_penalty` and `response_format`
   `json_object` are rejected with 400, as are `n` > 1, `logprobs` and tools (`wire.chat.ChatRequest`).
 
@@ -15,6 +17,10 @@ Answer mapping: `stopReason` `end_turn`/`stop_sequence` -> `stop`, `max_tokens` 
 `guardrail_intervened`/`content_filtered` -> `content_filter`; `usage.inputTokens`/`outputTokens` ->
 `prompt_tokens`/`completion_tokens`. The client does not retry (botocore `max_attempts` 1): the shard
 worker owns retries, and `BackendError.retryable` says which errors may succeed later.
+
+An Anthropic model with the registry's `api: anthropic_messages` is called through InvokeModel with
+Anthropic's Messages body instead (`batchinfer.backends.bedrock_messages`), and answers Message Batch
+requests natively (`create_message`).
 """
 
 from __future__ import annotations
@@ -26,11 +32,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from batchinfer.backends.base import BackendError, chat_request
 from batchinfer.backends.bedrock_embed import embeddings_model, invoke_embeddings
+from batchinfer.backends.bedrock_messages import (
+    converse_as_messages,
+    invoke_messages,
+    message_of_answer,
+    messages_body,
+    top_k_fields,
+)
 from batchinfer.wire.chat import ChatCompletionResponse
 from batchinfer.wire.openai import CHAT_ENDPOINT, EMBEDDINGS_ENDPOINT, RESPONSES_ENDPOINT
 
 if TYPE_CHECKING:
     from batchinfer.backends.config import BedrockConfig
+    from batchinfer.wire.anthropic import MessageParams
 
 __all__ = ["BedrockBackend"]
 
@@ -72,6 +86,8 @@ class BedrockBackend:
         self.name = name
         self.config = config
         self.serves = self.serves_for(config)  # type: ignore[misc]
+        # Message Batches send their params as they are (`create_message`), not as chat.
+        self.messages_native = config.api == "anthropic_messages"
 
     @classmethod
     def serves_for(cls, config: BedrockConfig) -> frozenset[str]:
@@ -135,6 +151,8 @@ class BedrockBackend:
         }
         if system:
             kwargs["system"] = system
+        if request.top_k is not None and request.top_k > 0:
+            kwargs["additionalModelRequestFields"] = top_k_fields(self.config.model_id, request.top_k)
         return kwargs
 
     async def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -144,13 +162,10 @@ class BedrockBackend:
         (`_ERRORS`: ThrottlingException -> 429 retryable, ValidationException -> 400, ...),
         504 `timeout` / 502 `upstream_unavailable` (retryable) when Bedrock cannot be reached in time.
         """
-        from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
-
         kwargs = self.converse_request(body)
-        try:
-            answer = await asyncio.to_thread(self.client.converse, **kwargs)
-        except (ClientError, ReadTimeoutError, ConnectTimeoutError, BotoCoreError) as exc:
-            raise self._error(exc) from None
+        if self.messages_native:
+            return await self._chat_by_messages(kwargs)
+        answer = await self._call(self.client.converse, **kwargs)
         blocks = answer["output"]["message"]["content"]
         usage = answer["usage"]
         return ChatCompletionResponse.answer(
@@ -162,20 +177,43 @@ class BedrockBackend:
             completion_tokens=usage["outputTokens"],
         ).model_dump()
 
+    async def _call(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """`call(*args, **kwargs)` in a thread; botocore's errors raised as their `BackendError`."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc) from None
+
+    async def _chat_by_messages(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The `chat.completion` of Converse arguments sent as a Messages body through InvokeModel."""
+        body = converse_as_messages(kwargs)
+        answer = await self._call(invoke_messages, self.client, self.config.model_id, body)
+        usage = answer.get("usage") or {}
+        return ChatCompletionResponse.answer(
+            id=f"chatcmpl-{str(answer.get('id') or uuid.uuid4().hex).removeprefix('msg_')}",
+            model=self.name,
+            content="".join(b.get("text", "") for b in answer.get("content") or []),
+            finish_reason=_FINISH.get(answer.get("stop_reason") or "", "stop"),
+            prompt_tokens=int(usage.get("input_tokens") or 0),
+            completion_tokens=int(usage.get("output_tokens") or 0),
+        ).model_dump()
+
+    async def create_message(self, params: MessageParams) -> dict[str, Any]:
+        """Answer one Message Batch request natively (`api: anthropic_messages`): its params as a
+        Messages body through InvokeModel; the `Message`, named `params.model`. Raises `BackendError`
+        as `chat_completion` does for a failed call."""
+        answer = await self._call(invoke_messages, self.client, self.config.model_id, messages_body(params))
+        return message_of_answer(answer, params.model)
+
     async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer one OpenAI embeddings body through InvokeModel (`batchinfer.backends.bedrock_embed`).
 
         Raises `BackendError`: 400 for what the model cannot take (before any call), else the mapped
         error of the call, as `chat_completion` does.
         """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return await asyncio.to_thread(
-                invoke_embeddings, self.client, self.config.model_id, self.name, body
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc) from None
+        return await self._call(invoke_embeddings, self.client, self.config.model_id, self.name, body)
 
     def _error(self, exc: Exception) -> BackendError:
         """The `BackendError` of a failed Converse call: a `ClientError` mapped by `_ERRORS` (else by

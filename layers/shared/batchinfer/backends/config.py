@@ -25,6 +25,7 @@ __all__ = [
     "LlamaEmbedConfig",
     "ModelConfig",
     "OpenAICompatConfig",
+    "bedrock_provider",
 ]
 
 
@@ -150,11 +151,26 @@ class KServeV2Config(_Options):
     max_input_tokens: int | None = Field(None, ge=1)
 
 
+# Geographic prefixes of Bedrock's cross-Region inference profile ids (`us.anthropic.claude-...`).
+_PROFILE_PREFIXES = frozenset({"us", "eu", "apac", "global", "us-gov", "jp", "au", "ca"})
+
+
+def bedrock_provider(model_id: str) -> str:
+    """The provider part of a Bedrock model id, inference profile id or ARN: `anthropic` for
+    `anthropic.claude-3-haiku-20240307-v1:0`, `us.anthropic.claude-...` and `arn:...:foundation-model/
+    anthropic.claude-...`; an application inference profile's opaque id gives itself."""
+    name = model_id.rsplit("/", 1)[-1]
+    head, _, rest = name.partition(".")
+    return rest.partition(".")[0] if head in _PROFILE_PREFIXES and "." in rest else head
+
+
 class BedrockConfig(_Options):
     """An Amazon Bedrock model answering chat requests through the Converse API.
 
     `model_id` is a Bedrock model or inference profile id (`amazon.nova-micro-v1:0`); `region`
     defaults to the function's own. `default_max_tokens` caps a completion without max_tokens.
+    `api` `anthropic_messages` (an Anthropic model's id only, else a `ValueError`): InvokeModel with
+    Anthropic's Messages body instead of Converse, and Message Batches' params sent as they are.
     """
 
     backend: Literal["bedrock"]
@@ -162,6 +178,16 @@ class BedrockConfig(_Options):
     region: Annotated[str, StringConstraints(min_length=1)] | None = None
     default_max_tokens: int = Field(1024, ge=1)
     timeout: float = Field(120.0, gt=0, description="read timeout of one Converse call, in seconds")
+    api: Literal["converse", "anthropic_messages"] = "converse"
+
+    @model_validator(mode="after")
+    def _messages_for_anthropic_only(self) -> BedrockConfig:
+        if self.api == "anthropic_messages" and bedrock_provider(self.model_id) != "anthropic":
+            raise ValueError(
+                f"api anthropic_messages needs an Anthropic model (anthropic.claude-...), "
+                f"not {self.model_id!r}"
+            )
+        return self
 
 
 ModelConfig = Annotated[

@@ -15,7 +15,8 @@ answer a `text_completion`, one choice per prompt.
 OpenAI -> token parameters: `max_completion_tokens`/`max_tokens` (else `default_max_tokens`) ->
 `max_new_tokens`; `temperature` 0 -> greedy (`do_sample` false), absent -> 1.0; `top_p` -> `top_p`
 (0 -> greedy); `seed` s -> `s mod (2^64-1) + 1` (the token API wants (0, 2^64-1]); `stop` strings cut the
-decoded text; top_k is the whole vocabulary (OpenAI has none). `presence_penalty`, `frequency_penalty`
+decoded text; vLLM's `top_k` extension k > 0 -> `top_k` (at most the vocabulary), else (absent, -1 or 0)
+the whole vocabulary. `presence_penalty`, `frequency_penalty`
 and `response_format` `json_object` cannot be expressed as token parameters and are rejected (400).
 
 Each request is sent once: a 429 or 503 answer is a retryable `BackendError` (with Retry-After), and
@@ -311,10 +312,11 @@ class KServeV2Backend:
         """The token server's sampling parameters for a chat or completions request, up to `max_new`
         tokens (temperature or top_p 0: greedy)."""
         greedy = request.temperature == 0 or request.top_p == 0
+        vocabulary = self.config.vocab_size or INT32_MAX
         return SamplingParams(
             do_sample=not greedy,
             temperature=request.temperature if request.temperature else 1.0,
-            top_k=self.config.vocab_size or INT32_MAX,
+            top_k=min(request.top_k, vocabulary) if request.top_k and request.top_k > 0 else vocabulary,
             top_p=request.top_p if request.top_p else 1.0,
             seed=None if request.seed is None else request.seed % UINT64_MAX + 1,
             max_new_tokens=max_new,

@@ -11,7 +11,8 @@ Request mapping (OpenAI `/v1/chat/completions` -> llama.cpp), as llama-cpp-pytho
 - `max_completion_tokens`, else `max_tokens`, else the model's `default_max_tokens` (256) caps the
   completion; it is shortened further to what still fits in `n_ctx` after the prompt.
 - `temperature` and `top_p` default to OpenAI's 1.0 (not llama-cpp-python's 0.2 / 0.95);
-  temperature 0 is greedy decoding; `top_k` and `min_p` are the registry's.
+  temperature 0 is greedy decoding; `top_k` the request's (vLLM's extension field; -1 and 0 mean the
+  whole vocabulary), else the registry's; `min_p` the registry's.
 - `seed`: the same seed and body give the same completion, whatever else is generating. An absent
   seed draws a fresh one (OpenAI: "results are not deterministic without a seed").
 - `stop` (a string or up to 4 strings), `presence_penalty`, `frequency_penalty` (over the last 64
@@ -362,7 +363,8 @@ class LlamaCppBackend:
             sampler.add_greedy()
         else:
             seed = request.seed if request.seed is not None else secrets.randbits(32)
-            sampler.add_top_k(self.config.top_k)
+            # llama.cpp's top-k sampler keeps every token for k <= 0.
+            sampler.add_top_k(self.config.top_k if request.top_k is None else request.top_k)
             sampler.add_typical(1.0, 1)
             sampler.add_top_p(1.0 if request.top_p is None else request.top_p, 1)
             sampler.add_min_p(self.config.min_p, 1)

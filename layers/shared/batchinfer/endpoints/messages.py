@@ -70,8 +70,10 @@ def _matched_stop(choice: dict[str, Any], params: MessageParams) -> str | None:
 class MessagesServer:
     """The shard worker's view of a model for a Message Batch: checks each request's params, sends
     their chat body to the backend of the model they name (`backend_of`: the registry's; the batch's
-    own `backend` for the batch's model) and answers the `Message`. Raises `BackendError` 400
-    (`invalid_request_error`) for params it cannot serve, a model not in the registry included."""
+    own `backend` for the batch's model) and answers the `Message`; a backend with `messages_native`
+    (a Bedrock Anthropic model with `api: anthropic_messages`) answers the params itself
+    (`create_message`). Raises `BackendError` 400 (`invalid_request_error`) for params it cannot
+    serve, a model not in the registry included."""
 
     def __init__(self, backend: Any, backend_of: Callable[[str], Any] | None = None) -> None:
         self.backend = backend
@@ -96,6 +98,8 @@ class MessagesServer:
                 raise BackendError(
                     400, f"params.model: model {params.model!r} is not served here", code="not_found_error"
                 )
+        if getattr(backend, "messages_native", False):  # serves Anthropic's Messages itself
+            return await backend.create_message(params)
         answer = await backend.chat_completion(params.chat_body())
         return message_of(answer, params)
 

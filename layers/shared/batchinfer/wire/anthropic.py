@@ -87,8 +87,8 @@ class MessageParams(BaseModel):
     """The params of one batch request: a non-streaming Messages create (text only).
 
     `max_tokens` >= 1; `messages` start with `user` and alternate; `system` a string or text blocks;
-    `temperature` 0 to 1; `top_p` 0 to 1; `top_k` >= 0 (accepted; the backends sample with their
-    registry's own top_k); `stop_sequences` non-empty strings. Raises `ValidationError`; a field of
+    `temperature` 0 to 1; `top_p` 0 to 1; `top_k` >= 0 (0: the whole vocabulary); `stop_sequences`
+    non-empty strings. Raises `ValidationError`; a field of
     `UNSUPPORTED_PARAMS` or any other unknown field is refused (`extra="forbid"`).
     """
 
@@ -114,11 +114,12 @@ class MessageParams(BaseModel):
 
     def chat_body(self) -> dict[str, Any]:
         """The OpenAI chat completions body of these params: the system prompt first, then the turns,
-        `max_tokens`, `temperature`, `top_p` and the stop sequences as `stop`."""
+        `max_tokens`, `temperature`, `top_p`, `top_k` (vLLM's extension field of chat, which every backend
+        reads) and the stop sequences as `stop`."""
         messages = [{"role": "system", "content": _text(self.system)}] if self.system else []
         messages += [{"role": m.role, "content": m.text} for m in self.messages]
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
-        for name in ("temperature", "top_p"):
+        for name in ("temperature", "top_p", "top_k"):
             if (value := getattr(self, name)) is not None:
                 body[name] = value
         if self.stop_sequences:

@@ -12,9 +12,11 @@ Fields, types and ranges from OpenAI's API reference
 - `ChatRequest`, derived from it: what the text-only backends (llama.cpp, KServe v2, Bedrock) read,
   with `read_chat_request`. The same field rules plus what a text model needs: text messages only
   (`system`, `developer`, `user`, `assistant`; text parts are joined), non-empty stop strings,
-  `presence_penalty`/`frequency_penalty`, `response_format` `text`/`json_object`; `n` other than 1,
-  `logprobs`, `tools` and `functions` are rejected. Its errors are OpenAI's (`invalid_value`,
-  `missing_required_parameter`, `unsupported_value`, `unsupported_parameter`, all 400).
+  `presence_penalty`/`frequency_penalty`, `response_format` `text`/`json_object`, and vLLM's `top_k`
+  extension (an integer >= -1; -1 and 0 mean the whole vocabulary; absent, the backend's default);
+  `n` other than 1, `logprobs`, `tools` and `functions` are rejected. Its errors are OpenAI's
+  (`invalid_value`, `missing_required_parameter`, `unsupported_value`, `unsupported_parameter`, all
+  400).
 - `ChatCompletionResponse`: the `chat.completion` object the backends answer with.
 """
 
@@ -112,6 +114,8 @@ Stop = Annotated[Any, AfterValidator(_check_stop)]
 PositiveInt = Annotated[int, Field(ge=1)]
 Temperature = Annotated[float, Field(ge=0, le=2)]
 TopP = Annotated[float, Field(ge=0, le=1)]
+# vLLM's `top_k` extension field (OpenAI has none): the k most likely tokens; -1 or 0 the whole vocabulary.
+TopK = Annotated[int, Field(ge=-1)]
 OneChoice = Annotated[int, Field(ge=1, le=1)]
 
 
@@ -258,6 +262,7 @@ class ChatRequest(ChatCompletionBody):
     model: Any = None  # not read: the backend is already the model
     messages: list[TextMessage] = Field(min_length=1)  # type: ignore[assignment]
     stop: Annotated[Stop, AfterValidator(_non_empty_stops)] = None
+    top_k: TopK | None = None  # absent: the backend's own default
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     response_format: ResponseFormat | None = None

@@ -28,6 +28,7 @@ from batchinfer.wire.chat import (
     PositiveInt,
     Stop,
     Temperature,
+    TopK,
     TopP,
     UsableStop,
     request_error,
@@ -96,6 +97,7 @@ class CompletionRequest(CompletionBody):
 
     model: Any = None
     stop: UsableStop = None
+    top_k: TopK | None = None  # vLLM's extension, as on `ChatRequest`
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     response_format: None = None  # completions have none; named for the shared sampler builder
