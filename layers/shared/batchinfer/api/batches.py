@@ -87,6 +87,12 @@ def _stored_despite(error: Exception, batch_id: str, account_id: str) -> BatchHe
     return stored
 
 
+def limit_refused(error: accounts.LimitExceeded) -> TooManyRequests:
+    """The 429 of a create over one of the account's limits (`error`), saying what to do."""
+    remedy = "." if error.kind == "rate" else "; wait for one to end or cancel one."
+    return TooManyRequests(error.reached + remedy, code=error.code, retry_after=error.retry_after)
+
+
 CREATE_RESPONSES = {
     **documented(None, 403, 404, 429, links=links.BATCH),
     202: {
@@ -140,10 +146,7 @@ def create_batch(request: CreateBatchRequest) -> Response[Batch]:
     try:
         item = intake.create_batch(new)
     except accounts.LimitExceeded as error:
-        remedy = "." if error.kind == "rate" else "; wait for one to end or cancel one."
-        raise TooManyRequests(
-            error.reached + remedy, code=error.code, retry_after=error.retry_after
-        ) from None
+        raise limit_refused(error) from None
     except Exception as error:  # AWS unavailable: answered 503 unless the batch was in fact stored
         item = _stored_despite(error, batch_id, account_id)
     tokenhub_dialect = request.input_source != "file" or plan.output_target != "file"
