@@ -136,7 +136,9 @@ def test_a_batch_without_lines_to_retry_is_a_conflict(
     assert batches.get(ids.retry_batch_id(batch_id)) is None
 
 
-def test_a_batch_that_failed_validation_is_not_retried(scripted: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_that_failed_validation_is_not_retried(
+    scripted: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     batch_id = create(scripted, b'{"custom_id": "x"}\n', monkeypatch)
     assert prepare.prepare_batch(batch_id) == "failed"
 
@@ -161,6 +163,6 @@ def test_a_retry_over_the_active_limit_is_refused(scripted: Aws, monkeypatch: py
     monkeypatch.setenv("MAX_ACTIVE_BATCHES", "1")
     get_settings.cache_clear()
     # When a retry is asked, then it is refused as any create would be
-    status, headers, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
+    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
     assert (status, body["error"]["code"]) == (429, "active_batch_limit_exceeded")
     assert batches.get(ids.retry_batch_id(batch_id)) is None

@@ -19,8 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import anthropic, auth, batches, files, models, uploads
-from batchinfer.api import results, retries
+from batchinfer.api import anthropic, auth, batches, files, models, results, retries, uploads
 from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json

@@ -31,7 +31,9 @@ def retry_batch(batch_id: BatchId) -> Batch:
     account_id = current_account()
     limits = accounts.batch_limits(accounts.get_account(account_id))
     try:
-        created = rerun.retry_batch(header, max_active=limits.max_active, max_per_minute=limits.max_per_minute)
+        created = rerun.retry_batch(
+            header, max_active=limits.max_active, max_per_minute=limits.max_per_minute
+        )
     except rerun.NotRetryable as error:
         raise Conflict(str(error), code=error.code, param="batch_id") from None
     except accounts.LimitExceeded as error:

@@ -96,8 +96,7 @@ def _check(header: BatchHeader) -> None:
                 code="batch_not_retryable",
             )
         raise NotRetryable(
-            f"Batch {header.id} is {header.status.value}: its failed lines can be retried once it has "
-            "ended.",
+            f"Batch {header.id} is {header.status.value}: its failed lines can be retried once it has ended.",
             code="batch_not_ended",
         )
 
