@@ -35,7 +35,7 @@ def _flag(value: bool) -> str:
 def batch_output(
     batch_id: BatchId,
     after: Annotated[int, Query(ge=0, description="output lines already read: answer from the next")] = 0,
-) -> Response:
+):
     """The batch's output lines committed so far, from line `after` + 1, in input order as far as
     complete (at most 4 MiB of them; the headers say how to go on)."""
     page = partial.read_output(owned_batch(batch_id), after)
