@@ -166,3 +166,15 @@ def test_a_retry_over_the_active_limit_is_refused(scripted: Aws, monkeypatch: py
     status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
     assert (status, body["error"]["code"]) == (429, "active_batch_limit_exceeded")
     assert batches.get(ids.retry_batch_id(batch_id)) is None
+
+
+def test_a_batch_whose_metadata_is_full_is_not_retried(
+    scripted: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = create(scripted, INPUT, monkeypatch, metadata={f"k{n}": "v" for n in range(16)})
+    assert call(scripted, "POST", f"/v1/batches/{batch_id}/cancel")[0] == 200
+    assert aggregate.finalize_batch(batch_id) == "cancelled"
+
+    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
+
+    assert (status, body["error"]["code"]) == (409, "metadata_full")

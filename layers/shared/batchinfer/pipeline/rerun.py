@@ -29,6 +29,7 @@ from batchinfer.wire.status import BatchStatus
 
 # The metadata key that links a retry to the batch it retries.
 RETRY_OF = "retry_of"
+MAX_METADATA = 16  # OpenAI's limit of a batch's metadata pairs
 # The statuses a batch can be retried from: it ended with results (a `failed` batch never ran: its
 # input is invalid, and running it again fails the same way).
 RETRYABLE = frozenset({BatchStatus.COMPLETED, BatchStatus.CANCELLED, BatchStatus.EXPIRED})
@@ -88,6 +89,13 @@ def failed_lines(header: BatchHeader, wanted: set[str] | None) -> tuple[bytes, i
 
 
 def _check(header: BatchHeader) -> None:
+    metadata = header.metadata or {}
+    if len(metadata) >= MAX_METADATA and RETRY_OF not in metadata:
+        raise NotRetryable(
+            f"Batch {header.id} has {MAX_METADATA} metadata pairs, the most a batch may have: its retry "
+            f"could not name it in metadata.{RETRY_OF}.",
+            code="metadata_full",
+        )
     if header.status not in RETRYABLE:
         if header.status == BatchStatus.FAILED:
             raise NotRetryable(
