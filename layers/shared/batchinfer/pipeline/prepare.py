@@ -130,7 +130,7 @@ def _resend(header: BatchHeader, *, every_pending: bool) -> str:
 def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
     """Stream, validate and shard a `validating` batch whose prepare lease `owner` holds; start it and
     send its shard messages, or fail it. `lost` when the lease was taken over meanwhile."""
-    validator = _validator(header)
+    validator = file_validator(header.endpoint)
     try:
         written = _write_shards(header, validator, lease)
     except ClientError as error:
@@ -142,12 +142,13 @@ def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
     return _start(header, owner, validator, written)
 
 
-def _validator(header: BatchHeader) -> FileValidator:
-    """A validator of `header`'s input file, with the limits of the settings and the registry's models."""
+def file_validator(endpoint: str) -> FileValidator:
+    """A validator of an input file for `endpoint`, with the limits of the settings and the registry's
+    models (a batch's prepare, and its dry run)."""
     settings = get_settings()
     registry = load_registry(settings.model_registry)
     return FileValidator(
-        header.endpoint,
+        endpoint,
         registry.__contains__,
         max_requests=settings.max_requests_per_file,
         max_file_bytes=settings.max_file_bytes,
