@@ -40,16 +40,16 @@ def output_cap(url: str, body: dict[str, Any], default: int) -> int:
 
 
 def priced(usage: DryRunUsage, price: Price | None) -> EstimatedCost | None:
-    """`usage` at `price` (None: no price set), rounded to millionths."""
+    """`usage` at `price` (None: no price set), rounded to billionths."""
     if price is None:
         return None
     cost_in = usage.input_tokens * price.input_per_million / 1_000_000
     cost_out = usage.output_tokens * price.output_per_million / 1_000_000
     return EstimatedCost(
         currency=price.currency,
-        input=round(cost_in, 6),
-        output=round(cost_out, 6),
-        total=round(cost_in + cost_out, 6),
+        input=round(cost_in, 9),
+        output=round(cost_out, 9),
+        total=round(cost_in + cost_out, 9),
     )
 
 

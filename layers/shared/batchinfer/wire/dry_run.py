@@ -30,7 +30,7 @@ class DryRunUsage(BaseModel):
 
 class EstimatedCost(BaseModel):
     """The usage priced with the model's price table (`price` in the model registry), rounded to
-    millionths of `currency`; `output` (so `total`) is an upper bound, as the output tokens are."""
+    billionths of `currency`; `output` (so `total`) is an upper bound, as the output tokens are."""
 
     currency: str
     input: float
