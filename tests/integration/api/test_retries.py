@@ -117,34 +117,26 @@ def test_a_batch_cancelled_before_it_ran_retries_every_line(
     assert input_of(retry) == INPUT  # the blank line left out
 
 
-@pytest.mark.parametrize(
-    ("prompts", "shards", "code"),
-    [
-        (PROMPTS, 1, "batch_not_ended"),  # still running
-        (("one", "two"), None, "nothing_to_retry"),  # no line failed
-    ],
-)
-def test_a_batch_without_lines_to_retry_is_a_conflict(
-    scripted: Aws, monkeypatch: pytest.MonkeyPatch, prompts: tuple[str, ...], shards: int | None, code: str
-) -> None:
-    data = jsonl(*(chat_line(f"r{n}", p, model=SCRIPTED) for n, p in enumerate(prompts, 1)))
-    batch_id = ran(scripted, monkeypatch, data, shards=shards)
-
-    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
-
-    assert (status, body["error"]["code"]) == (409, code)
-    assert batches.get(ids.retry_batch_id(batch_id)) is None
-
-
-def test_a_batch_that_failed_validation_is_not_retried(
-    scripted: Aws, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    batch_id = create(scripted, b'{"custom_id": "x"}\n', monkeypatch)
-    assert prepare.prepare_batch(batch_id) == "failed"
-
-    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
-
-    assert (status, body["error"]["code"]) == (409, "batch_not_retryable")
+def test_a_batch_without_lines_to_retry_is_a_conflict(scripted: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a batch still running, one with no failed line, one that failed validation, and a
+    # cancelled one whose metadata is full (its retry could not name it)
+    running = ran(scripted, monkeypatch, shards=1)
+    fine = ran(scripted, monkeypatch, jsonl(chat_line("r1", "one", model=SCRIPTED)))
+    invalid = create(scripted, b'{"custom_id": "x"}\n', monkeypatch)
+    assert prepare.prepare_batch(invalid) == "failed"
+    full = create(scripted, INPUT, monkeypatch, metadata={f"k{n}": "v" for n in range(16)})
+    assert call(scripted, "POST", f"/v1/batches/{full}/cancel")[0] == 200
+    assert aggregate.finalize_batch(full) == "cancelled"
+    for batch_id, code in [
+        (running, "batch_not_ended"),
+        (fine, "nothing_to_retry"),
+        (invalid, "batch_not_retryable"),
+        (full, "metadata_full"),
+    ]:
+        # When its retry is asked, then it is a conflict saying why, and no batch is created
+        status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
+        assert (status, body["error"]["code"]) == (409, code)
+        assert batches.get(ids.retry_batch_id(batch_id)) is None
 
 
 def test_another_accounts_batch_is_not_found(scripted: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,15 +158,3 @@ def test_a_retry_over_the_active_limit_is_refused(scripted: Aws, monkeypatch: py
     status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
     assert (status, body["error"]["code"]) == (429, "active_batch_limit_exceeded")
     assert batches.get(ids.retry_batch_id(batch_id)) is None
-
-
-def test_a_batch_whose_metadata_is_full_is_not_retried(
-    scripted: Aws, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    batch_id = create(scripted, INPUT, monkeypatch, metadata={f"k{n}": "v" for n in range(16)})
-    assert call(scripted, "POST", f"/v1/batches/{batch_id}/cancel")[0] == 200
-    assert aggregate.finalize_batch(batch_id) == "cancelled"
-
-    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
-
-    assert (status, body["error"]["code"]) == (409, "metadata_full")
