@@ -96,14 +96,9 @@ def limit_refused(error: accounts.LimitExceeded) -> TooManyRequests:
 
 def _dry_run(request: CreateBatchRequest, plan: tokenhub.Plan) -> DryRun:
     """The dry run of a create: its input checked and estimated (`pipeline.dry_run`), nothing created."""
-    return dry_run.dry_run(
-        input_file_id=request.input_file_id,
-        bucket=plan.input_bucket,
-        key=plan.input_key,
-        where=plan.input_where,
-        endpoint=plan.endpoint,
-        completion_window=request.completion_window,
-    )
+    source = locations.located(plan.input_where, plan.input_bucket, plan.input_key)
+    window = request.completion_window
+    return dry_run.dry_run(source, input_file_id=request.input_file_id, endpoint=plan.endpoint, window=window)
 
 
 CREATE_RESPONSES = {

@@ -14,6 +14,7 @@ from batchinfer.backends.token_count import Estimate, TokenCounter, counter_for
 from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import s3
+from batchinfer.data.locations import Location
 from batchinfer.pipeline.prepare import file_validator
 from batchinfer.validation.file import RequestLine
 from batchinfer.validation.jsonl import iter_physical_lines
@@ -76,14 +77,13 @@ class _Tally:
         self.valid += 1
 
 
-def dry_run(
-    *, input_file_id: str, bucket: str, key: str, where: str, endpoint: str, completion_window: str
-) -> DryRun:
-    """Validate the input at (`where`, `bucket`, `key`) for `endpoint` and estimate its tokens and
-    cost. Raises botocore `ClientError` when the input can't be read."""
+def dry_run(source: Location, *, input_file_id: str, endpoint: str, window: str) -> DryRun:
+    """Validate the input at `source` (the file `input_file_id`) for a batch of `endpoint` and
+    completion window `window`, and estimate its tokens and cost. Raises botocore `ClientError` when
+    the input can't be read."""
     settings = get_settings()
     validator, tally = file_validator(endpoint), _Tally()
-    chunks = s3.iter_chunks(bucket, key, where=where)
+    chunks = s3.iter_chunks(source.bucket, source.key, where=source.where)
     lines = iter_physical_lines(chunks, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     for line in lines:
         if (request := validator.feed(line)) is not None:
@@ -100,7 +100,7 @@ def dry_run(
     return DryRun(
         input_file_id=input_file_id,
         endpoint=endpoint,
-        completion_window=completion_window,
+        completion_window=window,
         model=model,
         valid=validator.ok,
         errors=BatchErrors(data=[LineErrorOut.model_validate(e.model_dump()) for e in validator.errors]),

@@ -167,13 +167,7 @@ def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHea
     settings, batch_id = get_settings(), header.id
     written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
-    source = s3.iter_chunks(
-        header.input_bucket,
-        header.input_key,
-        where=header.input_where,
-        version_id=header.input_version_id,
-        if_match=header.input_etag,
-    )
+    source = input_chunks(header)
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
         if lease.lost:
@@ -182,6 +176,18 @@ def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHea
         s3.put_bytes(settings.bucket_name, key, data)
         written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
     return written
+
+
+def input_chunks(header: BatchHeader) -> Iterator[bytes]:
+    """The bytes of `header`'s input file in chunks, the version its batch was created from (inbox
+    uploads: `input_version_id` / `input_etag`). Raises `ClientError` when it can't be read."""
+    return s3.iter_chunks(
+        header.input_bucket,
+        header.input_key,
+        where=header.input_where,
+        version_id=header.input_version_id,
+        if_match=header.input_etag,
+    )
 
 
 def _unreadable(error: ClientError) -> dict:

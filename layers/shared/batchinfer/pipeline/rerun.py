@@ -24,6 +24,7 @@ from batchinfer.data import batches, files, s3
 from batchinfer.data.items import BatchHeader, FileRecord
 from batchinfer.data.table import now
 from batchinfer.pipeline import intake
+from batchinfer.pipeline.prepare import input_chunks
 from batchinfer.validation.jsonl import iter_physical_lines
 from batchinfer.wire.status import BatchStatus
 
@@ -70,16 +71,8 @@ def failed_ids(header: BatchHeader) -> set[str] | None:
 def failed_lines(header: BatchHeader, wanted: set[str] | None) -> tuple[bytes, int]:
     """The input lines of `header` whose `custom_id` is in `wanted` (None: every non-blank line), as
     read (each ends with `\\n`), in input order, and how many."""
-    settings = get_settings()
-    chunks = s3.iter_chunks(
-        header.input_bucket,
-        header.input_key,
-        where=header.input_where,
-        version_id=header.input_version_id,
-        if_match=header.input_etag,
-    )
     kept, count = bytearray(), 0
-    for line in iter_physical_lines(chunks, settings.max_line_bytes):
+    for line in iter_physical_lines(input_chunks(header), get_settings().max_line_bytes):
         if not line.data.strip():
             continue
         if wanted is None or orjson.loads(line.data).get("custom_id") in wanted:
