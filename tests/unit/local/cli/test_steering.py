@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from batchinfer.core.ids import retry_batch_id
 from batchinfer_local import cli
 from batchinfer_local.cli.steering import merged, write_partial
-from batchinfer_local.client import ApiError
+from batchinfer_local.client import ApiError, BatchClient
 
 
 def line(custom_id: str, answer: str | None) -> bytes:
@@ -94,3 +96,64 @@ def test_the_steering_options_parse() -> None:
     assert parser.parse_args(["download", "batch_1", "--merged"]).merged is True
     assert parser.parse_args(["download", "batch_1", "--partial"]).partial is True
     assert parser.parse_args(["submit", "f.jsonl", "--dry-run"]).dry_run is True
+
+
+ESTIMATE = {
+    "object": "batch.dry_run",
+    "input_file_id": "file-1",
+    "model": "smollm2-135m-instruct",
+    "valid": True,
+    "errors": {"object": "list", "data": []},
+    "request_counts": {"total": 3, "valid": 3},
+    "usage": {
+        "input_tokens": 113,
+        "output_tokens": 15,
+        "total_tokens": 128,
+        "input_tokens_method": "tokenizer",
+    },
+    "estimated_cost": {"currency": "USD", "input": 2.26e-06, "output": 6e-07, "total": 2.86e-06},
+}
+INVALID = {
+    **ESTIMATE,
+    "valid": False,
+    "errors": {"object": "list", "data": [{"code": "invalid_json_line", "message": "not JSON", "line": 2}]},
+    "estimated_cost": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("estimate", "code", "printed"),
+    [
+        (
+            ESTIMATE,
+            0,
+            "dry run of file-1: valid, 3 requests, model smollm2-135m-instruct\n"
+            "tokens: 113 input (tokenizer), 15 output at most; estimated cost: 2.86e-06 USD\n",
+        ),
+        (
+            INVALID,
+            1,
+            "dry run of file-1: invalid, 3 requests, model smollm2-135m-instruct\n"
+            "  line 2: invalid_json_line: not JSON\n",
+        ),
+    ],
+)
+def test_submit_dry_run_prints_the_estimate_and_creates_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    estimate: dict,
+    code: int,
+    printed: str,
+) -> None:
+    # Given a file, and an API that answers its dry run
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"url": "/v1/chat/completions"}\n')
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(BatchClient, "upload", lambda self, p: {"id": "file-1", "bytes": 30})
+    monkeypatch.setattr(BatchClient, "dry_run", lambda self, file_id, **kw: asked.append(kw) or estimate)
+    monkeypatch.setattr(BatchClient, "create", lambda *a, **kw: pytest.fail("a dry run creates no batch"))
+    # When it is submitted with --dry-run, then the estimate is printed and the exit code says valid
+    assert cli.main(["submit", str(path), "--dry-run", "--api-key", "k"]) == code
+    assert capsys.readouterr().out == printed
+    assert asked == [{"endpoint": "/v1/chat/completions", "completion_window": "24h"}]
