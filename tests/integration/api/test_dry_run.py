@@ -22,6 +22,7 @@ from support.moto_env import Aws, load_event
 from support.scripted import SCRIPTED, scripted_model
 
 KEY = "sk-bi-sample-key-for-sam-local-invoke"
+CHAT = "/v1/chat/completions"
 VALID = jsonl(
     chat_line("a", "Say hello in French.", max_tokens=5),
     chat_line("b", "Und auf Deutsch? ünïcode 日本", max_tokens=7),
@@ -48,7 +49,7 @@ def uploaded(aws: Aws, data: bytes, file_id: str = "file-dry") -> str:
 
 def dry_run(aws: Aws, file_id: str) -> tuple[int, dict[str, Any]]:
     event = load_event("api-create-batch.json")
-    body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "dry_run": True}
+    body = {"input_file_id": file_id, "endpoint": CHAT, "dry_run": True}
     event["body"] = json.dumps(body)
     response = aws.invoke("ApiFunction", event)
     return response["statusCode"], json.loads(response["body"])
@@ -64,8 +65,17 @@ def account(moto_aws: Aws) -> Aws:
     return moto_aws
 
 
-def test_a_file_with_errors_lists_every_one_and_creates_nothing(account: Aws) -> None:
-    # Given a file with a bad line 2, a duplicate custom_id on line 4, another model on line 5
+def test_a_file_with_errors_lists_every_one_and_creates_nothing(
+    account: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an account at its limit of one active batch
+    monkeypatch.setenv("MAX_ACTIVE_BATCHES", "1")
+    get_settings.cache_clear()
+    create = load_event("api-create-batch.json")
+    create["body"] = json.dumps({"input_file_id": uploaded(account, VALID, "file-ok"), "endpoint": CHAT})
+    assert account.invoke("ApiFunction", create)["statusCode"] == 200
+    account.messages("PrepareQueue")
+    # And a file with a bad line 2, a duplicate custom_id on line 4, another model on line 5
     data = (
         VALID.decode().splitlines()[0]
         + "\n{not json\n\n"
@@ -91,6 +101,7 @@ def test_a_file_with_errors_lists_every_one_and_creates_nothing(account: Aws) ->
     assert answer["request_counts"] == {"total": 4, "valid": 1}
     assert stored() == before
     assert account.messages("PrepareQueue") == []
+    assert account.invoke("ApiFunction", create)["statusCode"] == 429  # the limit is as it was
 
 
 def test_a_valid_file_is_counted_with_the_models_tokenizer_and_priced(account: Aws) -> None:
@@ -145,17 +156,3 @@ def test_a_remote_model_is_estimated_and_unpriced(
     }
     assert answer["estimated_cost"] is None
     assert upstream.arrivals == []  # the server was never asked
-
-
-def test_a_dry_run_is_answered_at_the_active_batch_limit(
-    account: Aws, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MAX_ACTIVE_BATCHES", "1")
-    get_settings.cache_clear()
-    file_id = uploaded(account, VALID)
-    create = load_event("api-create-batch.json")
-    create["body"] = json.dumps({"input_file_id": file_id, "endpoint": "/v1/chat/completions"})
-    assert account.invoke("ApiFunction", create)["statusCode"] == 200
-
-    assert dry_run(account, file_id)[0] == 200
-    assert account.invoke("ApiFunction", create | {"headers": create["headers"]})["statusCode"] == 429

@@ -139,16 +139,9 @@ def test_a_batch_without_lines_to_retry_is_a_conflict(scripted: Aws, monkeypatch
         assert batches.get(ids.retry_batch_id(batch_id)) is None
 
 
-def test_another_accounts_batch_is_not_found(scripted: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    batch_id = ran(scripted, monkeypatch)
-
-    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry", key=OTHER_KEY)
-
-    assert (status, body["error"]["code"]) == (404, "batch_not_found")
-    assert batches.get(ids.retry_batch_id(batch_id)) is None
-
-
-def test_a_retry_over_the_active_limit_is_refused(scripted: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_retry_is_limited_and_isolated_as_any_create(
+    scripted: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given an account that may have one active batch, which it has
     batch_id = ran(scripted, monkeypatch)
     create(scripted, INPUT, monkeypatch)
@@ -157,4 +150,7 @@ def test_a_retry_over_the_active_limit_is_refused(scripted: Aws, monkeypatch: py
     # When a retry is asked, then it is refused as any create would be
     status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry")
     assert (status, body["error"]["code"]) == (429, "active_batch_limit_exceeded")
+    # And another account's retry of it is not found
+    status, _, body = call(scripted, "POST", f"/v1/batches/{batch_id}/retry", key=OTHER_KEY)
+    assert (status, body["error"]["code"]) == (404, "batch_not_found")
     assert batches.get(ids.retry_batch_id(batch_id)) is None
