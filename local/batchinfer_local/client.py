@@ -248,6 +248,34 @@ class BatchClient:
         """POST /batches/{id}/cancel: the Batch object (`cancelling` or already `cancelled`)."""
         return self._json("POST", f"/batches/{batch_id}/cancel")
 
+    def retry(self, batch_id: str) -> dict[str, Any]:
+        """POST /batches/{id}/retry: the Batch object of the retry of an ended batch's failed lines
+        (the same one on every call)."""
+        return self._json("POST", f"/batches/{batch_id}/retry")
+
+    def output_page(self, batch_id: str, after: int = 0) -> tuple[bytes, int, bool, bool]:
+        """GET /batches/{id}/output?after=N: the output lines committed so far from line `after` + 1, as
+        (JSONL bytes, the next `after`, more lines committed already, the batch ended and these are its
+        last lines)."""
+        response = self.request("GET", f"/batches/{batch_id}/output", params={"after": after})
+        headers = response.headers
+        return (
+            response.content,
+            int(headers["x-batchinfer-next-after"]),
+            headers["x-batchinfer-more"] == "true",
+            headers["x-batchinfer-complete"] == "true",
+        )
+
+    def dry_run(self, input_file_id: str, *, endpoint: str, completion_window: str = "24h") -> dict[str, Any]:
+        """POST /batches with `dry_run: true`: the file checked and its cost estimated, nothing created."""
+        body = {
+            "input_file_id": input_file_id,
+            "endpoint": endpoint,
+            "completion_window": completion_window,
+            "dry_run": True,
+        }
+        return self._json("POST", "/batches", json=body)
+
     # ------------------------------------------------------------------ Message Batches (Anthropic's dialect)
     def create_message_batch(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
         """POST /messages/batches with `requests` (`{"custom_id", "params"}` each): the MessageBatch."""

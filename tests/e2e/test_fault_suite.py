@@ -168,7 +168,13 @@ def completion_ids(output: bytes | None) -> list[str]:
 def test_invariant_holds_under(stack: LocalStack, scenario: str, tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text(batch_text(scenario))
-    client, series, answered, fired = run_batch(stack, scenario, path)
+    reads: list[bytes] = []
+    reader = BatchClient(f"{stack.base_url}/v1", stack.api_key)
+
+    def read_output(batch: dict[str, Any]) -> None:  # at every GET while it runs
+        reads.append(reader.output_page(batch["id"])[0])
+
+    client, series, answered, fired = run_batch(stack, scenario, path, on_poll=read_output)
     batch = series[-1]
     output, errors = results(client, batch)
     assert batch["status"] == "completed"
@@ -180,6 +186,8 @@ def test_invariant_holds_under(stack: LocalStack, scenario: str, tmp_path: Path)
     # Live counts: never down while it ran, exact at the end; no answer lost or repeated.
     assert_counts_monotonic(series)
     assert completion_ids(output) == sorted(answered)
+    # Every output read while it ran begins the final file: no line twice, none the file lacks
+    assert reads and all((output or b"").startswith(read) for read in reads)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

@@ -72,9 +72,10 @@ def test_no_5xx_and_every_response_matches_the_document(
             run()
         except Exception as error:
             failures[operation.label] = str(error)[:2000]
-    # Files 5, Batches 4, Uploads 4 (create, parts, complete, cancel) and GET /v1/uploads/{id}, Models 2,
-    # Message Batches 6 (create, list, retrieve, cancel, delete, results)
-    assert len(operations) == 22
+    # Files 5, Batches 6 (create, retrieve, list, cancel, retry, output), Uploads 4 (create, parts,
+    # complete, cancel) and GET /v1/uploads/{id}, Models 2, Message Batches 6 (create, list, retrieve,
+    # cancel, delete, results)
+    assert len(operations) == 24
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())
 
 
@@ -95,6 +96,8 @@ def test_the_document_describes_the_routes(stack: LocalStack) -> None:
         ("/v1/batches", "post"),
         ("/v1/batches/{batch_id}", "get"),
         ("/v1/batches/{batch_id}/cancel", "post"),
+        ("/v1/batches/{batch_id}/output", "get"),
+        ("/v1/batches/{batch_id}/retry", "post"),
         ("/v1/files", "get"),
         ("/v1/files", "post"),
         ("/v1/files/{file_id}", "delete"),

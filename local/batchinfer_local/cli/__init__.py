@@ -3,13 +3,17 @@
     batchinfer local [--port 8000] [--no-iam]     the whole pipeline on this machine, in the foreground
     batchinfer submit FILE [--wait] [-o DIR]      upload a JSONL file and create a batch
         [--endpoint E] [--completion-window 24h] [--metadata K=V ...] [--output-expires-after SECONDS]
+        [--dry-run]                               check the file, estimate its tokens and cost; no batch
     batchinfer status BATCH_ID [--watch]          the batch in short: id, status, endpoint, counts, times
                                                   (--json: the Batch object; --watch: as `wait`)
     batchinfer wait BATCH_ID                      a progress bar until the batch ends (not completed: one
                                                   line on stderr, how and why, and exit 1)
     batchinfer list [--limit N]                   your batches, newest first
     batchinfer cancel BATCH_ID                    cancel a batch
-    batchinfer download BATCH_ID [-o DIR]         output.jsonl and error.jsonl
+    batchinfer download BATCH_ID [-o DIR]         output.jsonl and error.jsonl (--merged: merged.jsonl, the
+        [--merged | --partial]                    latest line of each custom_id across it and its retries;
+                                                  --partial: the output done so far, while it runs)
+    batchinfer retry BATCH_ID                     a new batch of an ended batch's failed and unrun lines
     batchinfer files list|delete [FILE_ID]        your files
     batchinfer smoke [--second-api-key KEY]       the whole user flow against a stack, one line per step
     batchinfer demo FILE                          local stack + submit --wait + print answers, then stop
@@ -41,6 +45,7 @@ from batchinfer_local.cli.common import CliError, describe_api_error
 from batchinfer_local.cli.main import build_parser, main
 from batchinfer_local.cli.state import STATE_ENV, state_path, write_state
 
-# One module per command group (`local`, `batches`, `files`, `smoke`, `admin`, `buckets`, `redrive`),
+# One module per command group (`local`, `batches`, `files`, `smoke`, `admin`, `buckets`, `redrive`,
+# `steering`),
 # each registering its own subcommands; `main` is the console script `batchinfer`.
 __all__ = ["STATE_ENV", "CliError", "build_parser", "describe_api_error", "main", "state_path", "write_state"]

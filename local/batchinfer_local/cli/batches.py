@@ -10,7 +10,8 @@ from typing import Any
 from batchinfer.wire.status import BatchStatus
 from batchinfer_local.cli.common import CliError, Commands, client_of, console, date, emit, emit_page, errors
 from batchinfer_local.cli.progress import follow
-from batchinfer_local.client import TERMINAL, BatchClient
+from batchinfer_local.cli.steering import check_ended, dry_run, result_bytes, write_merged, write_partial
+from batchinfer_local.client import BatchClient
 
 # How `wait` says a batch ended other than completed.
 _ENDINGS = {
@@ -35,6 +36,11 @@ def register(commands: Commands) -> None:
     submit = commands.add("submit", cmd_submit, "upload a JSONL file and create a batch")
     submit.add_argument("file")
     submit.add_argument("--wait", action="store_true", help="show progress until the batch ends")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the file and estimate its tokens and cost; no batch is created (exit 1: invalid)",
+    )
     submit.add_argument("-o", "--output", help="with --wait: download the result files into this directory")
     submit.add_argument(
         "--endpoint", help="default: the url of the file's lines (/v1/chat/completions when it has none)"
@@ -67,6 +73,17 @@ def register(commands: Commands) -> None:
     download.add_argument("-o", "--output", default=".")
     download.add_argument(
         "--dialect", choices=DIALECTS, default="openai", help="anthropic: the Message Batch's results.jsonl"
+    )
+    which = download.add_mutually_exclusive_group()
+    which.add_argument(
+        "--merged",
+        action="store_true",
+        help="merged.jsonl: each custom_id's latest line across the batch and its retries",
+    )
+    which.add_argument(
+        "--partial",
+        action="store_true",
+        help="partial-output.jsonl: the output lines done so far, while the batch runs",
     )
 
 
@@ -211,6 +228,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     client, path = client_of(args), Path(args.file)
     if not path.is_file():
         raise CliError(f"error: no such file: {path}: give the path of a JSONL batch file", code=2)
+    if args.dry_run and args.dialect == "openai":
+        return dry_run(client, path, args.endpoint or file_endpoint(path), args)
+    if args.dry_run:
+        raise CliError("error: --dry-run checks OpenAI batch files (--dialect openai)", code=2)
     batch = _create(client, path, args)
     if not args.wait:
         emit(args, batch, lambda: None)
@@ -277,15 +298,9 @@ def download_results(
             console.print(f"wrote {path} ({data.count(NEWLINE)} lines)")
         return [path]
     for kind in ("output", "error"):
-        file_id, url = batch.get(f"{kind}_file_id"), batch.get(f"{kind}_file_url")
-        if not file_id:
+        data = result_bytes(client, batch, kind)
+        if data is None:
             continue
-        if "://" in file_id:
-            if not url:
-                raise CliError(f"error: batch {batch['id']} has {kind} at {file_id} but no {kind}_file_url")
-            data = client.fetch_url(url)
-        else:
-            data = client.content(file_id)
         (out / f"{kind}.jsonl").write_bytes(data)
         written.append(out / f"{kind}.jsonl")
         if not args.json:
@@ -295,16 +310,20 @@ def download_results(
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    """Download an ended batch's result files (exit 1 for a failed batch or one without results)."""
+    """Download an ended batch's result files (exit 1 for a failed batch or one without results);
+    `--merged`: one file of it and its retries; `--partial`: the output done so far, while it runs."""
     client = client_of(args)
+    if args.partial:
+        path = write_partial(client, args.batch_id, Path(args.output), args)
+        emit(args, {"batch_id": args.batch_id, "written": [str(path)]}, lambda: None)
+        return 0
     batch = client.retrieve(args.batch_id)
     status = batch["status"]
-    if status not in TERMINAL:
-        raise CliError(
-            f"error: batch {batch['id']} is {status}: nothing to download yet "
-            f"(`batchinfer wait {batch['id']}` waits for it)"
-        )
-    written = download_results(client, batch, Path(args.output), args)
+    check_ended(batch)
+    if args.merged:
+        written = [write_merged(client, batch, Path(args.output), args)]
+    else:
+        written = download_results(client, batch, Path(args.output), args)
     emit(args, {"batch": batch, "written": [str(p) for p in written]}, lambda: None)
     if status == BatchStatus.FAILED:
         first = ((batch.get("errors") or {}).get("data") or [{}])[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from batchinfer_local.cli import admin, batches, buckets, files, local, redrive, smoke
+from batchinfer_local.cli import admin, batches, buckets, files, local, redrive, smoke, steering
 from batchinfer_local.cli.common import (
     CliError,
     Commands,
@@ -18,7 +18,7 @@ from batchinfer_local.cli.common import (
 from batchinfer_local.client import ApiError, Unreachable
 
 # The command modules, in the order `batchinfer --help` lists their commands.
-COMMAND_MODULES = (local, batches, files, smoke, admin, buckets, redrive)
+COMMAND_MODULES = (local, batches, files, smoke, admin, buckets, redrive, steering)
 
 
 def build_parser() -> argparse.ArgumentParser:

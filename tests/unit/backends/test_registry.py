@@ -13,7 +13,7 @@ from batchinfer.backends import (
     RegistryError,
     load_registry,
 )
-from batchinfer.backends.config import LlamaEmbedConfig
+from batchinfer.backends.config import LlamaEmbedConfig, Price
 from batchinfer.backends.llama_cpp import LlamaCppBackend, find_gguf
 from batchinfer.backends.openai_compat import OpenAICompatBackend
 from batchinfer.core.settings import DEFAULT_REGISTRY
@@ -26,7 +26,9 @@ def test_default_registry_serves_smollm2_with_llama_cpp() -> None:
 
     assert registry.names() == [SMOLLM2, "all-minilm-l6-v2"]
     assert SMOLLM2 in registry
-    assert registry.config(SMOLLM2) == LlamaCppConfig(backend="llama_cpp", n_ctx=2048)
+    assert registry.config(SMOLLM2) == LlamaCppConfig(
+        backend="llama_cpp", n_ctx=2048, price=Price(input_per_million=0.02, output_per_million=0.04)
+    )
     assert registry.source == str(DEFAULT_REGISTRY.resolve())
     assert registry.config("all-minilm-l6-v2") == LlamaEmbedConfig(
         backend="llama_embed", n_batch=1024, n_seq_max=64

@@ -19,7 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import anthropic, auth, batches, files, models, uploads
+from batchinfer.api import anthropic, auth, batches, files, models, results, retries, uploads
 from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
@@ -71,6 +71,8 @@ app.include_router(uploads.router)
 app.include_router(batches.router)
 app.include_router(models.router)
 app.include_router(anthropic.router)
+app.include_router(retries.router)
+app.include_router(results.router)
 app.enable_swagger(
     path="/v1/swagger",
     title=TITLE,

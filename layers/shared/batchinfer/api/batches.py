@@ -19,7 +19,8 @@ from batchinfer.core.observability import logger
 from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts, batches, locations, s3, sqs
 from batchinfer.data.items import BatchHeader
-from batchinfer.pipeline import intake
+from batchinfer.pipeline import dry_run, intake
+from batchinfer.wire.dry_run import DryRun
 from batchinfer.wire.openai import MAX_ID_LENGTH, Batch, BatchList, CreateBatchRequest, window_hours
 from batchinfer.wire.status import BatchStatus
 
@@ -87,6 +88,19 @@ def _stored_despite(error: Exception, batch_id: str, account_id: str) -> BatchHe
     return stored
 
 
+def limit_refused(error: accounts.LimitExceeded) -> TooManyRequests:
+    """The 429 of a create over one of the account's limits (`error`), saying what to do."""
+    remedy = "." if error.kind == "rate" else "; wait for one to end or cancel one."
+    return TooManyRequests(error.reached + remedy, code=error.code, retry_after=error.retry_after)
+
+
+def _dry_run(request: CreateBatchRequest, plan: tokenhub.Plan) -> DryRun:
+    """The dry run of a create: its input checked and estimated (`pipeline.dry_run`), nothing created."""
+    source = locations.located(plan.input_where, plan.input_bucket, plan.input_key)
+    window = request.completion_window
+    return dry_run.dry_run(source, input_file_id=request.input_file_id, endpoint=plan.endpoint, window=window)
+
+
 CREATE_RESPONSES = {
     **documented(None, 403, 404, 429, links=links.BATCH),
     202: {
@@ -97,9 +111,10 @@ CREATE_RESPONSES = {
 
 
 @router.post("/v1/batches", responses=CREATE_RESPONSES)
-def create_batch(request: CreateBatchRequest) -> Response[Batch]:
+def create_batch(request: CreateBatchRequest) -> Response[Batch | DryRun]:
     """Create a batch from an uploaded file (OpenAI: HTTP 200) or from s3:// / cos:// paths (TokenHub:
-    HTTP 202, as the TokenHub document's create answers). The body is the Batch object either way."""
+    HTTP 202, as the TokenHub document's create answers). The body is the Batch object either way;
+    with `dry_run`, no batch is created: the body is the file's check and estimate (`DryRun`)."""
     try:
         window_hours(request.completion_window)
     except ValueError as error:
@@ -114,6 +129,8 @@ def create_batch(request: CreateBatchRequest) -> Response[Batch]:
             code="invalid_request",
             param="output_expires_after",
         )
+    if request.dry_run:
+        return Response(status_code=200, content_type="application/json", body=_dry_run(request, plan))
     batch_id, limits = _batch_id(account_id), accounts.batch_limits(account)
     new = intake.NewBatch(
         batch_id=batch_id,
@@ -140,10 +157,7 @@ def create_batch(request: CreateBatchRequest) -> Response[Batch]:
     try:
         item = intake.create_batch(new)
     except accounts.LimitExceeded as error:
-        remedy = "." if error.kind == "rate" else "; wait for one to end or cancel one."
-        raise TooManyRequests(
-            error.reached + remedy, code=error.code, retry_after=error.retry_after
-        ) from None
+        raise limit_refused(error) from None
     except Exception as error:  # AWS unavailable: answered 503 unless the batch was in fact stored
         item = _stored_despite(error, batch_id, account_id)
     tokenhub_dialect = request.input_source != "file" or plan.output_target != "file"

@@ -25,12 +25,26 @@ __all__ = [
     "LlamaEmbedConfig",
     "ModelConfig",
     "OpenAICompatConfig",
+    "Price",
     "bedrock_provider",
 ]
 
 
+class Price(BaseModel):
+    """What a model's tokens cost, as the operator sets it (`price:` of a model in the registry), in
+    `currency` per million tokens: a batch's dry run estimates its cost with it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_million: float = Field(ge=0)
+    output_per_million: float = Field(ge=0)
+    currency: Annotated[str, StringConstraints(min_length=1, max_length=8)] = "USD"
+
+
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    price: Price | None = None
 
 
 class LlamaCppConfig(_Options):

@@ -53,3 +53,15 @@ def idempotent_batch_id(account_id: str, idempotency_key: str) -> str:
 def idempotent_file_id(account_id: str, idempotency_key: str) -> str:
     """The file id of an upload carrying an `Idempotency-Key` header (scoped to the account)."""
     return f"file-{_digest('idempotency', 'file', account_id, idempotency_key)}"
+
+
+def retry_batch_id(batch_id: str) -> str:
+    """The id of the batch that retries `batch_id`'s failed lines: one retry per batch, so a repeated
+    `POST /v1/batches/{id}/retry` names the batch the first call created."""
+    return f"batch_{_digest('retry', batch_id)}"
+
+
+def retry_file_id(batch_id: str) -> str:
+    """The file id of the input of `batch_id`'s retry (its failed lines; deterministic, see
+    `retry_batch_id`)."""
+    return f"file-{_digest('retry', 'file', batch_id)}"

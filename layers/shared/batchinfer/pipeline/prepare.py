@@ -130,7 +130,7 @@ def _resend(header: BatchHeader, *, every_pending: bool) -> str:
 def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
     """Stream, validate and shard a `validating` batch whose prepare lease `owner` holds; start it and
     send its shard messages, or fail it. `lost` when the lease was taken over meanwhile."""
-    validator = _validator(header)
+    validator = file_validator(header.endpoint)
     try:
         written = _write_shards(header, validator, lease)
     except ClientError as error:
@@ -142,12 +142,13 @@ def _prepare(header: BatchHeader, owner: str, lease: LeaseHeartbeat) -> str:
     return _start(header, owner, validator, written)
 
 
-def _validator(header: BatchHeader) -> FileValidator:
-    """A validator of `header`'s input file, with the limits of the settings and the registry's models."""
+def file_validator(endpoint: str) -> FileValidator:
+    """A validator of an input file for `endpoint`, with the limits of the settings and the registry's
+    models (a batch's prepare, and its dry run)."""
     settings = get_settings()
     registry = load_registry(settings.model_registry)
     return FileValidator(
-        header.endpoint,
+        endpoint,
         registry.__contains__,
         max_requests=settings.max_requests_per_file,
         max_file_bytes=settings.max_file_bytes,
@@ -166,13 +167,7 @@ def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHea
     settings, batch_id = get_settings(), header.id
     written: list[Shard] = []
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
-    source = s3.iter_chunks(
-        header.input_bucket,
-        header.input_key,
-        where=header.input_where,
-        version_id=header.input_version_id,
-        if_match=header.input_etag,
-    )
+    source = input_chunks(header)
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
         if lease.lost:
@@ -181,6 +176,18 @@ def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHea
         s3.put_bytes(settings.bucket_name, key, data)
         written.append(Shard(shard=len(written), size=size, first_line=first_line, input_key=key))
     return written
+
+
+def input_chunks(header: BatchHeader) -> Iterator[bytes]:
+    """The bytes of `header`'s input file in chunks, the version its batch was created from (inbox
+    uploads: `input_version_id` / `input_etag`). Raises `ClientError` when it can't be read."""
+    return s3.iter_chunks(
+        header.input_bucket,
+        header.input_key,
+        where=header.input_where,
+        version_id=header.input_version_id,
+        if_match=header.input_etag,
+    )
 
 
 def _unreadable(error: ClientError) -> dict:

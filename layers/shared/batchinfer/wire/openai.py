@@ -245,6 +245,9 @@ class CreateBatchRequest(BaseModel):
     )
     output_user_s3_path: str | None = Field(None, max_length=2048, description="s3://bucket/prefix/")
     output_user_cos_path: str | None = Field(None, max_length=2048, description="cos://bucket.region/prefix/")
+    dry_run: bool = Field(
+        False, description="true: check the file and estimate its tokens and cost; no batch is created"
+    )
 
 
 class FileObject(BaseModel):
