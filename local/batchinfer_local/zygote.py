@@ -90,6 +90,16 @@ def share_service_models() -> None:
         session.client(service, endpoint_url="http://127.0.0.1:9")
 
 
+def preload() -> None:
+    """Import `PRELOAD` (a module that is not installed is skipped), then `share_service_models`."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    share_service_models()
+
+
 class _RequestId(logging.Filter):
     """Stamps each record with the running invocation's request id, as the Lambda runtime does."""
 
@@ -264,12 +274,7 @@ def main() -> None:
     spec = FunctionSpec.model_validate(boot["spec"])
     logging.Formatter.converter = time.gmtime
     install_runtime_logging()
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-    share_service_models()
+    preload()
     send({"op": Op.READY, "pid": os.getpid()})
     children: set[int] = set()
     try:
