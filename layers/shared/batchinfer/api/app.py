@@ -19,7 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import anthropic, auth, batches, files, models, uploads
+from batchinfer.api import anthropic, auth, batches, console, files, models, uploads
 from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
@@ -71,6 +71,7 @@ app.include_router(uploads.router)
 app.include_router(batches.router)
 app.include_router(models.router)
 app.include_router(anthropic.router)
+app.include_router(console.router)
 app.enable_swagger(
     path="/v1/swagger",
     title=TITLE,
@@ -116,7 +117,7 @@ def _unauthenticated() -> Response | None:
     Request validation runs before any middleware; a caller without a valid key must learn that first,
     as OpenAI's API answers 401 before looking at the request.
     """
-    if auth.authenticated() or app.current_event.path in auth.OPEN_PATHS:
+    if auth.authenticated() or auth.is_open(app.current_event.path):
         return None
     try:
         path = app.current_event.path

@@ -1,0 +1,106 @@
+// The batches list: newest first (the API's order), "More" pages by cursor, a status filter, and the
+// first page read again every few seconds while a shown batch runs.
+import { json } from "./api.js";
+import { h } from "./dom.js";
+import { STATUSES, TERMINAL, progressBar, statusBadge, statusText, when } from "./format.js";
+
+const PAGE = 20;
+const REFRESH_MS = 3000;
+const COLUMNS = ["Batch", "Status", "Progress", "Failed", "Created", "Endpoint", "Model"];
+
+function row(batch) {
+  const cells = [
+    [h("a", { href: `#/batches/${encodeURIComponent(batch.id)}` }, batch.id), batch.name && h("div", { class: "sub" }, batch.name)],
+    statusBadge(batch.status),
+    progressBar(batch),
+    String(batch.request_counts?.failed ?? 0),
+    when(batch.created_at),
+    h("code", {}, batch.endpoint),
+    batch.model ?? "—",
+  ];
+  return h("tr", { "data-id": batch.id }, cells.map((cell, index) => h("td", { "data-label": COLUMNS[index] }, cell)));
+}
+
+/** Show the list in `main`; returns the cleanup that stops its refreshing. */
+export function showList({ main, fail }) {
+  let batches = [];
+  let cursor = null;
+  let timer = null;
+  let stopped = false;
+  const filter = h(
+    "select",
+    { id: "status-filter" },
+    h("option", { value: "" }, "any status"),
+    STATUSES.map((status) => h("option", { value: status }, statusText(status))),
+  );
+  const body = h("tbody");
+  const more = h("button", { type: "button", id: "more", hidden: true }, "More");
+  const empty = h("p", { id: "empty", hidden: true });
+  const table = h(
+    "table",
+    { class: "batches", id: "batches" },
+    h("caption", { class: "visually-hidden" }, "Your batches, newest first"),
+    h("thead", {}, h("tr", {}, COLUMNS.map((name) => h("th", { scope: "col" }, name)))),
+    body,
+  );
+  main.append(
+    h("div", { class: "heading" }, h("h1", {}, "Batches"), h("a", { href: "#/new", class: "button" }, "New batch")),
+    h("div", { class: "toolbar" }, h("label", { for: "status-filter" }, "Status"), filter),
+    table,
+    empty,
+    more,
+  );
+
+  function render() {
+    const shown = batches.filter((batch) => !filter.value || batch.status === filter.value);
+    body.replaceChildren(...shown.map(row));
+    table.hidden = shown.length === 0;
+    empty.hidden = shown.length > 0;
+    empty.replaceChildren(
+      ...(filter.value
+        ? [`No ${statusText(filter.value)} batch among those loaded.`]
+        : ["No batches yet. ", h("a", { href: "#/new" }, "Create one"), "."]),
+    );
+  }
+
+  async function load() {
+    try {
+      const page = await json(`batches?limit=${PAGE}${cursor ? `&after=${encodeURIComponent(cursor)}` : ""}`);
+      if (stopped) return;
+      batches.push(...page.data);
+      cursor = page.last_id ?? cursor;
+      more.hidden = !page.has_more;
+      render();
+      schedule();
+    } catch (error) {
+      fail(error);
+    }
+  }
+
+  // While a loaded batch runs, the first page again: its batches updated in place, new ones on top.
+  function schedule() {
+    clearTimeout(timer);
+    if (stopped || batches.every((batch) => TERMINAL.has(batch.status))) return;
+    timer = setTimeout(async () => {
+      try {
+        const page = await json(`batches?limit=${PAGE}`);
+        if (stopped) return;
+        const fresh = new Map(page.data.map((batch) => [batch.id, batch]));
+        const known = new Set(batches.map((batch) => batch.id));
+        batches = [...page.data.filter((batch) => !known.has(batch.id)), ...batches.map((batch) => fresh.get(batch.id) ?? batch)];
+        render();
+        schedule();
+      } catch (error) {
+        fail(error);
+      }
+    }, REFRESH_MS);
+  }
+
+  filter.addEventListener("change", render);
+  more.addEventListener("click", load);
+  load();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
