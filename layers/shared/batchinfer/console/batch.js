@@ -107,13 +107,14 @@ export function showBatch({ main, fail, say }, id) {
     const signature = JSON.stringify([offered.map(([button]) => button), cancellable]);
     if (signature === shownActions) return; // keep the buttons (and the focus on one) as they are
     shownActions = signature;
-    actions.replaceChildren(
-      ...offered.map(([button, label, fileId, url, kind]) =>
+    const buttons = offered.map(([button, label, fileId, url, kind]) =>
         fileId
           ? h("button", { type: "button", id: button, onclick: () => download(fileId, `${batch.id}_${kind}.jsonl`).catch(fail) }, `Download ${label.toLowerCase()}`)
-          : h("a", { id: button, class: "button", href: url, rel: "noreferrer" }, `Download ${label.toLowerCase()}`)),
-      cancellable && h("button", { type: "button", id: "cancel", class: "danger", onclick: () => dialog.showModal() }, "Cancel batch"),
-    );
+          : h("a", { id: button, class: "button", href: url, rel: "noreferrer" }, `Download ${label.toLowerCase()}`));
+    if (cancellable) {
+      buttons.push(h("button", { type: "button", id: "cancel", class: "danger", onclick: () => dialog.showModal() }, "Cancel batch"));
+    }
+    actions.replaceChildren(...buttons);
   }
 
   function render(batch) {

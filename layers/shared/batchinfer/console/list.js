@@ -6,7 +6,7 @@ import { STATUSES, TERMINAL, progressBar, statusBadge, statusText, when } from "
 
 const PAGE = 20;
 const REFRESH_MS = 3000;
-const COLUMNS = ["Batch", "Status", "Progress", "Failed", "Created", "Endpoint", "Model"];
+const COLUMNS = ["Batch", "Status", "Progress", "Failed", "Created (UTC)", "Endpoint", "Model"];
 
 function row(batch) {
   const cells = [
@@ -14,7 +14,7 @@ function row(batch) {
     statusBadge(batch.status),
     progressBar(batch),
     String(batch.request_counts?.failed ?? 0),
-    when(batch.created_at),
+    when(batch.created_at).replace(" UTC", ""),
     h("code", {}, batch.endpoint),
     batch.model ?? "—",
   ];

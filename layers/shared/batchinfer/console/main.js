@@ -61,8 +61,7 @@ function signIn() {
     }
     setKey(key);
     input.value = "";
-    say("");
-    go("#/");
+    route(); // the view the address names (a batch's page stays one after signing in)
   });
   main.append(form);
   input.focus();
