@@ -71,10 +71,38 @@ function validationErrors(batch) {
 function files(batch) {
   const own = (target) => (target ?? "file") === "file";
   return [
-    ["download-output", "Output", own(batch.output_target) ? batch.output_file_id : null, batch.output_file_url, "output"],
-    ["download-error", "Errors", own(batch.output_target) ? batch.error_file_id : null, batch.error_file_url, "error"],
-    ["download-input", "Input", own(batch.input_source) ? batch.input_file_id : null, null, "input"],
+    ["download-output", "output", own(batch.output_target) ? batch.output_file_id : null, batch.output_file_url, "output"],
+    ["download-error", "errors", own(batch.output_target) ? batch.error_file_id : null, batch.error_file_url, "error"],
+    ["download-input", "input", own(batch.input_source) ? batch.input_file_id : null, null, "input"],
   ].filter(([, , fileId, url]) => fileId || url);
+}
+
+// The confirmation a cancel asks for; closes with returnValue "cancel" or "keep".
+function cancelDialog() {
+  const dialog = h(
+    "dialog",
+    { id: "confirm-cancel", "aria-labelledby": "confirm-title" },
+    h("h2", { id: "confirm-title" }, "Cancel this batch?"),
+    h("p", {}, "Requests that have not run yet will not run; the answers already given are kept."),
+  );
+  const close = (value) => () => dialog.close(value);
+  dialog.append(h("div", { class: "actions" },
+    h("button", { type: "button", id: "confirm-cancel-no", onclick: close("keep") }, "Keep it running"),
+    h("button", { type: "button", id: "confirm-cancel-yes", class: "danger", onclick: close("cancel") }, "Cancel batch")));
+  return dialog;
+}
+
+// The batch's buttons: a download per file it offers (fetched with the key, or its presigned URL), and
+// Cancel while it can be cancelled.
+function actionButtons(batch, dialog, fail) {
+  const buttons = files(batch).map(([button, label, fileId, url, kind]) =>
+    fileId
+      ? h("button", { type: "button", id: button, onclick: () => download(fileId, `${batch.id}_${kind}.jsonl`).catch(fail) }, `Download ${label}`)
+      : h("a", { id: button, class: "button", href: url, rel: "noreferrer" }, `Download ${label}`));
+  if (CANCELLABLE.has(batch.status)) {
+    buttons.push(h("button", { type: "button", id: "cancel", class: "danger", onclick: () => dialog.showModal() }, "Cancel batch"));
+  }
+  return buttons;
 }
 
 /** Show batch `id` in `main`; returns the cleanup that stops its refreshing. */
@@ -84,15 +112,7 @@ export function showBatch({ main, fail, say }, id) {
   let shownActions = "";
   const live = h("div", { id: "batch" });
   const actions = h("div", { class: "actions", id: "actions" });
-  const dialog = h(
-    "dialog",
-    { id: "confirm-cancel", "aria-labelledby": "confirm-title" },
-    h("h2", { id: "confirm-title" }, "Cancel this batch?"),
-    h("p", {}, "Requests that have not run yet will not run; the answers already given are kept."),
-    h("div", { class: "actions" },
-      h("button", { type: "button", id: "confirm-cancel-no", onclick: () => dialog.close("keep") }, "Keep it running"),
-      h("button", { type: "button", id: "confirm-cancel-yes", class: "danger", onclick: () => dialog.close("cancel") }, "Cancel batch")),
-  );
+  const dialog = cancelDialog();
   main.append(
     h("p", { class: "back" }, h("a", { href: "#/" }, "← Batches")),
     h("h1", {}, "Batch ", h("code", { id: "batch-id" }, id)),
@@ -101,26 +121,15 @@ export function showBatch({ main, fail, say }, id) {
     dialog,
   );
 
-  function renderActions(batch) {
-    const offered = files(batch);
-    const cancellable = CANCELLABLE.has(batch.status);
-    const signature = JSON.stringify([offered.map(([button]) => button), cancellable]);
-    if (signature === shownActions) return; // keep the buttons (and the focus on one) as they are
-    shownActions = signature;
-    const buttons = offered.map(([button, label, fileId, url, kind]) =>
-        fileId
-          ? h("button", { type: "button", id: button, onclick: () => download(fileId, `${batch.id}_${kind}.jsonl`).catch(fail) }, `Download ${label.toLowerCase()}`)
-          : h("a", { id: button, class: "button", href: url, rel: "noreferrer" }, `Download ${label.toLowerCase()}`));
-    if (cancellable) {
-      buttons.push(h("button", { type: "button", id: "cancel", class: "danger", onclick: () => dialog.showModal() }, "Cancel batch"));
-    }
-    actions.replaceChildren(...buttons);
-  }
-
   function render(batch) {
     const title = batch.name ? h("p", { class: "sub", id: "batch-name" }, batch.name) : null;
     live.replaceChildren(...[title, summary(batch, Date.now() / 1000), details(batch), validationErrors(batch)].filter(Boolean));
-    renderActions(batch);
+    const buttons = actionButtons(batch, dialog, fail);
+    const signature = buttons.map((button) => button.id).join(" ");
+    if (signature !== shownActions) { // else the buttons (and the focus on one) stay as they are
+      shownActions = signature;
+      actions.replaceChildren(...buttons);
+    }
   }
 
   async function refresh() {

@@ -8,42 +8,64 @@ const WINDOWS = ["24h", "1h", "48h", "168h"];
 
 const select = (id, values) => h("select", { id, name: id }, values.map((value) => h("option", { value }, value)));
 
-/** Show the form in `main`; returns its (empty) cleanup. */
-export function showCreate({ main, fail, go, say }) {
-  let dropped = null;
-  const input = h("input", { id: "file", name: "file", type: "file", accept: ".jsonl,.ndjson,application/jsonl,text/plain" });
-  const chosen = h("p", { id: "chosen", class: "sub", "aria-live": "polite" }, "No file chosen.");
-  const zone = h(
+// The form's elements, by name.
+function newBatchForm() {
+  const parts = {
+    input: h("input", { id: "file", name: "file", type: "file", accept: ".jsonl,.ndjson,application/jsonl,text/plain" }),
+    chosen: h("p", { id: "chosen", class: "sub", "aria-live": "polite" }, "No file chosen."),
+    endpoint: select("endpoint", ENDPOINTS),
+    window: select("completion-window", WINDOWS),
+    name: h("input", { id: "batch-name-input", name: "name", type: "text", maxlength: 256, autocomplete: "off" }),
+    submit: h("button", { type: "submit", id: "create" }, "Create batch"),
+    status: h("p", { id: "create-status", role: "status" }),
+  };
+  parts.zone = h(
     "div",
     { class: "drop", id: "drop-zone" },
     h("label", { for: "file" }, "Input file (JSONL, one request per line)"),
-    input,
+    parts.input,
     h("p", { class: "sub" }, "…or drop the file here."),
-    chosen,
+    parts.chosen,
   );
-  const endpoint = select("endpoint", ENDPOINTS);
-  const window_ = select("completion-window", WINDOWS);
-  const name = h("input", { id: "batch-name-input", name: "name", type: "text", maxlength: 256, autocomplete: "off" });
-  const submit = h("button", { type: "submit", id: "create" }, "Create batch");
-  const status = h("p", { id: "create-status", role: "status" });
-  const form = h(
+  parts.form = h(
     "form",
     { class: "card", id: "new-batch", "aria-labelledby": "new-title", novalidate: true },
     h("h1", { id: "new-title" }, "New batch"),
-    zone,
+    parts.zone,
     h("label", { for: "endpoint" }, "Endpoint"),
-    endpoint,
+    parts.endpoint,
     h("label", { for: "completion-window" }, "Completion window"),
-    window_,
+    parts.window,
     h("label", { for: "batch-name-input" }, "Name (optional)"),
-    name,
-    submit,
-    status,
+    parts.name,
+    parts.submit,
+    parts.status,
   );
+  return parts;
+}
+
+// Upload `file`, create its batch from the form's choices; the Batch object.
+async function createBatch(file, { endpoint, window, name, status }) {
+  status.textContent = `Uploading ${file.name}…`;
+  const uploaded = await uploadFile(file, (sent, total) => {
+    status.textContent = `Uploading ${file.name}: ${sent} of ${total} bytes…`;
+  });
+  status.textContent = "Creating the batch…";
+  const body = { input_file_id: uploaded.id, endpoint: endpoint.value, completion_window: window.value };
+  if (name.value.trim()) body.name = name.value.trim();
+  return json("batches", { method: "POST", body, headers: { "Idempotency-Key": idempotencyKey() } });
+}
+
+/** Show the form in `main`; returns its (empty) cleanup. */
+export function showCreate({ main, fail, go, say }) {
+  let dropped = null;
+  const parts = newBatchForm();
+  const { input, chosen, zone, form, submit, status } = parts;
   const picked = () => dropped ?? input.files[0] ?? null;
   const showChosen = () => {
     const file = picked();
-    chosen.textContent = file ? `${file.name}, ${file.size} bytes${file.size > SINGLE_REQUEST_BYTES ? " (sent in parts)" : ""}` : "No file chosen.";
+    const how = file && file.size > SINGLE_REQUEST_BYTES ? " (sent in parts)" : "";
+    chosen.textContent = file ? `${file.name}, ${file.size} bytes${how}` : "No file chosen.";
   };
   input.addEventListener("change", () => {
     dropped = null;
@@ -66,14 +88,7 @@ export function showCreate({ main, fail, go, say }) {
     if (!file) return say("Choose or drop a JSONL file first.");
     submit.disabled = true;
     try {
-      status.textContent = `Uploading ${file.name}…`;
-      const uploaded = await uploadFile(file, (sent, total) => {
-        status.textContent = `Uploading ${file.name}: ${sent} of ${total} bytes…`;
-      });
-      status.textContent = "Creating the batch…";
-      const body = { input_file_id: uploaded.id, endpoint: endpoint.value, completion_window: window_.value };
-      if (name.value.trim()) body.name = name.value.trim();
-      const batch = await json("batches", { method: "POST", body, headers: { "Idempotency-Key": idempotencyKey() } });
+      const batch = await createBatch(file, parts);
       go(`#/batches/${encodeURIComponent(batch.id)}`);
     } catch (error) {
       status.textContent = "";

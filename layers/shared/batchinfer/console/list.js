@@ -21,35 +21,50 @@ function row(batch) {
   return h("tr", { "data-id": batch.id }, cells.map((cell, index) => h("td", { "data-label": COLUMNS[index] }, cell)));
 }
 
+// The list's elements, by name, appended to `main`.
+function listPage(main) {
+  const parts = {
+    filter: h(
+      "select",
+      { id: "status-filter" },
+      h("option", { value: "" }, "any status"),
+      STATUSES.map((status) => h("option", { value: status }, statusText(status))),
+    ),
+    body: h("tbody"),
+    more: h("button", { type: "button", id: "more", hidden: true }, "More"),
+    empty: h("p", { id: "empty", hidden: true }),
+  };
+  parts.table = h(
+    "table",
+    { class: "batches", id: "batches" },
+    h("caption", { class: "visually-hidden" }, "Your batches, newest first"),
+    h("thead", {}, h("tr", {}, COLUMNS.map((name) => h("th", { scope: "col" }, name)))),
+    parts.body,
+  );
+  main.append(
+    h("div", { class: "heading" }, h("h1", {}, "Batches"), h("a", { href: "#/new", class: "button" }, "New batch")),
+    h("div", { class: "toolbar" }, h("label", { for: "status-filter" }, "Status"), parts.filter),
+    h("div", { class: "table-wrap" }, parts.table),
+    parts.empty,
+    parts.more,
+  );
+  return parts;
+}
+
+// `batches` with fresh copies from `page` (the first page read again) and its new ones on top.
+function merged(batches, page) {
+  const fresh = new Map(page.data.map((batch) => [batch.id, batch]));
+  const known = new Set(batches.map((batch) => batch.id));
+  return [...page.data.filter((batch) => !known.has(batch.id)), ...batches.map((batch) => fresh.get(batch.id) ?? batch)];
+}
+
 /** Show the list in `main`; returns the cleanup that stops its refreshing. */
 export function showList({ main, fail }) {
   let batches = [];
   let cursor = null;
   let timer = null;
   let stopped = false;
-  const filter = h(
-    "select",
-    { id: "status-filter" },
-    h("option", { value: "" }, "any status"),
-    STATUSES.map((status) => h("option", { value: status }, statusText(status))),
-  );
-  const body = h("tbody");
-  const more = h("button", { type: "button", id: "more", hidden: true }, "More");
-  const empty = h("p", { id: "empty", hidden: true });
-  const table = h(
-    "table",
-    { class: "batches", id: "batches" },
-    h("caption", { class: "visually-hidden" }, "Your batches, newest first"),
-    h("thead", {}, h("tr", {}, COLUMNS.map((name) => h("th", { scope: "col" }, name)))),
-    body,
-  );
-  main.append(
-    h("div", { class: "heading" }, h("h1", {}, "Batches"), h("a", { href: "#/new", class: "button" }, "New batch")),
-    h("div", { class: "toolbar" }, h("label", { for: "status-filter" }, "Status"), filter),
-    table,
-    empty,
-    more,
-  );
+  const { filter, body, more, empty, table } = listPage(main);
 
   function render() {
     const shown = batches.filter((batch) => !filter.value || batch.status === filter.value);
@@ -63,39 +78,29 @@ export function showList({ main, fail }) {
     );
   }
 
-  async function load() {
+  // Read `path`, then `apply` its page, show the list and plan the next refresh.
+  async function read(path, apply) {
     try {
-      const page = await json(`batches?limit=${PAGE}${cursor ? `&after=${encodeURIComponent(cursor)}` : ""}`);
+      const page = await json(path);
       if (stopped) return;
-      batches.push(...page.data);
-      cursor = page.last_id ?? cursor;
-      more.hidden = !page.has_more;
+      apply(page);
       render();
-      schedule();
+      clearTimeout(timer);
+      // While a loaded batch runs, the first page again: its batches updated, new ones on top.
+      if (!batches.every((batch) => TERMINAL.has(batch.status))) {
+        timer = setTimeout(() => read(`batches?limit=${PAGE}`, (fresh) => (batches = merged(batches, fresh))), REFRESH_MS);
+      }
     } catch (error) {
-      fail(error);
+      if (!stopped) fail(error);
     }
   }
 
-  // While a loaded batch runs, the first page again: its batches updated in place, new ones on top.
-  function schedule() {
-    clearTimeout(timer);
-    if (stopped || batches.every((batch) => TERMINAL.has(batch.status))) return;
-    timer = setTimeout(async () => {
-      try {
-        const page = await json(`batches?limit=${PAGE}`);
-        if (stopped) return;
-        const fresh = new Map(page.data.map((batch) => [batch.id, batch]));
-        const known = new Set(batches.map((batch) => batch.id));
-        batches = [...page.data.filter((batch) => !known.has(batch.id)), ...batches.map((batch) => fresh.get(batch.id) ?? batch)];
-        render();
-        schedule();
-      } catch (error) {
-        fail(error);
-      }
-    }, REFRESH_MS);
-  }
-
+  const load = () =>
+    read(`batches?limit=${PAGE}${cursor ? `&after=${encodeURIComponent(cursor)}` : ""}`, (page) => {
+      batches.push(...page.data);
+      cursor = page.last_id ?? cursor;
+      more.hidden = !page.has_more;
+    });
   filter.addEventListener("change", render);
   more.addEventListener("click", load);
   load();
