@@ -17,7 +17,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from batchinfer_local import LocalStack
 from support.api_stack import MODEL, api_client, chat_line, create, jsonl, new_account, upload, wait_for
@@ -41,6 +49,9 @@ CHROMIUM_ARGS = [
 ]
 KEY_STORAGE = "batchinfer.apiKey"
 WAIT_MS = 60_000
+# A loaded machine answers a request in seconds: Playwright's 5 s default for assertions is too short.
+TIMEOUT_MS = 30_000
+expect.set_options(timeout=TIMEOUT_MS)
 
 
 @pytest.fixture(scope="module")
@@ -120,14 +131,22 @@ class Watched:
         self.page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
 
 
-@pytest.fixture
-def watched(browser: Browser, stack: LocalStack) -> Iterator[Watched]:
-    # A fresh context per test: its own sessionStorage, as a new browser tab would have.
+@pytest.fixture(scope="module")
+def context(browser: Browser, stack: LocalStack) -> Iterator[BrowserContext]:
+    # One context for the module: its HTTP cache keeps the console's files from one test to the next.
     context = browser.new_context(viewport={"width": 1100, "height": 760}, accept_downloads=True)
-    context.set_default_timeout(15_000)
-    watched = Watched(context.new_page(), f"{stack.base_url}/console/")
-    yield watched
+    context.set_default_timeout(TIMEOUT_MS)
+    yield context
     context.close()
+
+
+@pytest.fixture
+def watched(context: BrowserContext, stack: LocalStack) -> Iterator[Watched]:
+    # A new tab per test: its own sessionStorage, so each test signs in.
+    page = context.new_page()
+    watched = Watched(page, f"{stack.base_url}/console/")
+    yield watched
+    page.close()
     assert watched.errors == []
 
 
@@ -239,7 +258,7 @@ def test_a_failed_batch_shows_its_validation_errors(watched: Watched, http: http
     watched.shot("failed-batch")
 
 
-def test_the_list_shows_every_dialect_newest_first_and_filters_by_status(
+def test_the_list_pages_through_every_dialect_newest_first_and_filters_by_status(
     watched: Watched, http: httpx.Client, key: str
 ) -> None:
     # Given a failed OpenAI batch, then an Anthropic Message Batch
@@ -249,25 +268,30 @@ def test_the_list_shows_every_dialect_newest_first_and_filters_by_status(
     response = http.post("/messages/batches", json={"requests": [{"custom_id": "m", "params": request}]})
     message_batch = response.raise_for_status().json()["id"]
 
-    # When the list is opened
-    watched.sign_in(key)
+    # When the list is opened, two batches a page, and paged through with "More"
+    page = watched.page
+    watched.sign_in(key, "#/?limit=2")
+    expect(page.locator(f"#batches tr[data-id='{failed}']")).to_be_visible()
+    listed = http.get("/batches").json()["data"]
+    assert rows(page) == [message_batch, failed] == [b["id"] for b in listed[:2]]
+    while page.locator("#more").is_visible():
+        shown = len(rows(page))
+        page.click("#more")
+        expect(page.locator("#batches tbody tr")).to_have_count(min(shown + 2, len(listed)))
 
     # Then it holds the account's batches in the API's order, newest first, each dialect's
-    expect(watched.page.locator(f"#batches tr[data-id='{failed}']")).to_be_visible()
-    listed = http.get("/batches").json()["data"]
-    assert rows(watched.page) == [b["id"] for b in listed]
-    assert rows(watched.page)[:2] == [message_batch, failed]
+    assert rows(page) == [b["id"] for b in listed]
     assert [b["created_at"] for b in listed] == sorted((b["created_at"] for b in listed), reverse=True)
-    cells = watched.page.locator(f"#batches tr[data-id='{message_batch}'] td").all_inner_texts()
+    cells = page.locator(f"#batches tr[data-id='{message_batch}'] td").all_inner_texts()
     assert (cells[0], cells[5], cells[6]) == (message_batch, "/v1/messages", MODEL)
-    cells = watched.page.locator(f"#batches tr[data-id='{failed}'] td").all_inner_texts()
+    cells = page.locator(f"#batches tr[data-id='{failed}'] td").all_inner_texts()
     assert (cells[1], cells[2], cells[3]) == ("failed", "0 / 0", "0")
     wait_for(http, message_batch, timeout=60)
     watched.shot("batch-list")
 
     # When filtered by status, only those batches remain
-    watched.page.select_option("#status-filter", "failed")
-    assert rows(watched.page) == [b["id"] for b in listed if b["status"] == "failed"]
+    page.select_option("#status-filter", "failed")
+    assert rows(page) == [b["id"] for b in listed if b["status"] == "failed"]
 
 
 def _counts_seen(page: Page, timeout_s: float) -> list[str]:
@@ -287,14 +311,23 @@ def _counts_seen(page: Page, timeout_s: float) -> list[str]:
     return seen
 
 
-def test_a_running_batch_moves_by_itself_and_is_cancelled(
-    watched: Watched, http: httpx.Client, key: str
-) -> None:
-    # Given a batch whose answers end one after another (ever longer answers: the last two outlast the
-    # test, cut by the cancel)
+@pytest.fixture
+def running_batch(http: httpx.Client) -> Iterator[str]:
+    """A batch whose answers end one after another (ever longer answers: the last two outlast the test,
+    cut by its cancel); cancelled through the API at the end whatever the test did, so that no one
+    waits for its long answers."""
     count = "Count from 1 to 1000, separated by commas."
     lines = [chat_line(f"r{n}", count, max_tokens=tokens) for n, tokens in enumerate((8, 64, 512, 512))]
     batch_id = create(http, upload(http, jsonl(*lines))).json()["id"]
+    yield batch_id
+    http.post(f"/batches/{batch_id}/cancel")  # 200, or 409 once it has ended: either way it ends soon
+
+
+def test_a_running_batch_moves_by_itself_and_is_cancelled(
+    watched: Watched, http: httpx.Client, key: str, running_batch: str
+) -> None:
+    # Given a batch whose answers end one after another
+    batch_id = running_batch
 
     # When its page is watched
     watched.sign_in(key, f"#/batches/{batch_id}")

@@ -64,6 +64,8 @@ def test_every_file_of_the_folder_is_served_with_its_type() -> None:
         response = get(f"/console/{name}")
         assert response["statusCode"] == 200, name
         assert header(response, "Content-Type") == content_type
+        assert header(response, "Cache-Control") == ("no-cache" if name == "index.html" else "max-age=300")
+        assert header(response, "Content-Security-Policy") == CSP
         assert response["body"] == (ASSETS / name).read_text(encoding="utf-8")
         assert response.get("isBase64Encoded") is False
 

@@ -4,6 +4,7 @@ import { json } from "./api.js";
 import { h } from "./dom.js";
 import { STATUSES, TERMINAL, progressBar, statusBadge, statusText, when } from "./format.js";
 
+// Batches a page, unless the address says another number from 1 to 100 (`#/?limit=50`).
 const PAGE = 20;
 const REFRESH_MS = 3000;
 const COLUMNS = ["Batch", "Status", "Progress", "Failed", "Created (UTC)", "Endpoint", "Model"];
@@ -59,7 +60,8 @@ function merged(batches, page) {
 }
 
 /** Show the list in `main`; returns the cleanup that stops its refreshing. */
-export function showList({ main, fail }) {
+export function showList({ main, fail, options }) {
+  const limit = Math.min(Math.max(Number.parseInt(options.get("limit"), 10) || PAGE, 1), 100);
   let batches = [];
   let cursor = null;
   let timer = null;
@@ -88,7 +90,7 @@ export function showList({ main, fail }) {
       clearTimeout(timer);
       // While a loaded batch runs, the first page again: its batches updated, new ones on top.
       if (!batches.every((batch) => TERMINAL.has(batch.status))) {
-        timer = setTimeout(() => read(`batches?limit=${PAGE}`, (fresh) => (batches = merged(batches, fresh))), REFRESH_MS);
+        timer = setTimeout(() => read(`batches?limit=${limit}`, (fresh) => (batches = merged(batches, fresh))), REFRESH_MS);
       }
     } catch (error) {
       if (!stopped) fail(error);
@@ -96,7 +98,7 @@ export function showList({ main, fail }) {
   }
 
   const load = () =>
-    read(`batches?limit=${PAGE}${cursor ? `&after=${encodeURIComponent(cursor)}` : ""}`, (page) => {
+    read(`batches?limit=${limit}${cursor ? `&after=${encodeURIComponent(cursor)}` : ""}`, (page) => {
       batches.push(...page.data);
       cursor = page.last_id ?? cursor;
       more.hidden = !page.has_more;

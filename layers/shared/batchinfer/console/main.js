@@ -1,4 +1,5 @@
-// The console's entry: hash routes (#/, #/new, #/batches/<id>), sign in and out, the message line.
+// The console's entry: hash routes (#/, #/?limit=N, #/new, #/batches/<id>), sign in and out, the message
+// line.
 import { ApiError, clearKey, getKey, json, setKey } from "./api.js";
 import { showBatch } from "./batch.js";
 import { showCreate } from "./create.js";
@@ -75,8 +76,8 @@ function route() {
   nav.hidden = !signedIn;
   if (!signedIn) return signIn();
   say("");
-  const path = location.hash.replace(/^#/, "") || "/";
-  const view = { main, fail, go, say };
+  const [path, query] = (location.hash.replace(/^#/, "") || "/").split("?");
+  const view = { main, fail, go, say, options: new URLSearchParams(query ?? "") };
   if (path.startsWith("/batches/")) leave = showBatch(view, decodeURIComponent(path.slice("/batches/".length)));
   else if (path === "/new") leave = showCreate(view);
   else leave = showList(view);
