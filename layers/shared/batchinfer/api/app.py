@@ -19,7 +19,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from batchinfer.api import anthropic, auth, batches, console, files, models, uploads
+from batchinfer.api import anthropic, auth, batches, files, models, uploads
+from batchinfer.api.console import router as console_router
 from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
@@ -71,7 +72,6 @@ app.include_router(uploads.router)
 app.include_router(batches.router)
 app.include_router(models.router)
 app.include_router(anthropic.router)
-app.include_router(console.router)
 app.enable_swagger(
     path="/v1/swagger",
     title=TITLE,
@@ -89,6 +89,10 @@ def openapi_document():
         title=TITLE, version=VERSION, description=DESCRIPTION, servers=[Server(url="/")], **_SECURITY
     )
     return Response(status_code=200, content_type="application/json", body=body)
+
+
+# The web console's page and files (served without a key: `auth.is_open`).
+app.include_router(console_router)
 
 
 def _envelope(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
