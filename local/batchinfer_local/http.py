@@ -64,7 +64,8 @@ class Route:
 
     @classmethod
     def of(cls, function: Invoker, source: HttpApiEventSpec) -> Route:
-        """Compile `source.path`: `{name}` matches one segment, a final `{name+}` the rest."""
+        """Compile `source.path`: `{name}` matches one segment, a final `{name+}` the rest; a final "/"
+        is kept (`/console/` is another route than `/console`)."""
         if source.path is None:
             return cls(function, source, None, True, -1)
         parts, greedy, literals = [], False, 0
@@ -81,7 +82,9 @@ class Route:
             else:
                 parts.append(re.escape(segment))
                 literals += 1
-        return cls(function, source, re.compile("/" + "/".join(parts)), greedy, literals)
+        # A route ending in "/" (e.g. `GET /console/`) takes only that path, not the one without it.
+        slash = "/" if source.path.endswith("/") and parts and not greedy else ""
+        return cls(function, source, re.compile("/" + "/".join(parts) + slash), greedy, literals)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """Path parameters (URL-decoded) if the route takes `method` and `path`, else None."""

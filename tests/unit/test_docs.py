@@ -93,6 +93,7 @@ def test_the_pages_and_their_runnable_examples_are_there() -> None:
         "docs/README.md",
         "docs/api.md",
         "docs/architecture.md",
+        "docs/console.md",
         "docs/deploy.md",
         "docs/local-stack.md",
         "docs/operations.md",

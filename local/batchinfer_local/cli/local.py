@@ -147,6 +147,7 @@ def _print_usage(stack: Any) -> None:
 
     base = f"{stack.base_url}/v1"
     console.print(f"batchinfer local stack: base URL [bold]{base}[/] (Ctrl-C to stop)")
+    console.print(f"web console: [bold]{stack.base_url}/console/[/] (sign in with the API key below)")
     console.print(_iam_line(stack))
     origin = (
         f"generated; set ${DEV_API_KEY_ENV} to choose it"

@@ -101,7 +101,12 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
     assert specs["ShardWorkerFunction"].handler_file == REPO / "functions" / "shard_worker" / "app.py"
     assert specs["ApiFunction"].handler_file == REPO / "functions" / "api" / "app.py"
     assert {s.handler_name for s in specs.values()} == {"lambda_handler"}
-    assert [e.route_key for e in specs["ApiFunction"].events] == ["ANY /v1/{proxy+}"]
+    assert [e.route_key for e in specs["ApiFunction"].events] == [
+        "ANY /v1/{proxy+}",
+        "GET /console",
+        "GET /console/",
+        "GET /console/{proxy+}",
+    ]
 
     sqs, dynamodb, s3 = aws["sqs"], aws["dynamodb"], aws["s3"]
     attributes = sqs.get_queue_attributes(QueueUrl=made.queue_urls["ShardsQueue"], AttributeNames=["All"])[

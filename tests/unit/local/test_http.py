@@ -48,6 +48,23 @@ def test_most_specific_route_wins() -> None:
     assert Router([route("/v1/{proxy+}")]).find("GET", "/v1/") is None
 
 
+def test_a_final_slash_is_its_own_route() -> None:
+    # Given the console's three routes: the folder without and with its slash, and its files
+    router = Router([route("/console", "GET"), route("/console/", "GET"), route("/console/{proxy+}", "GET")])
+
+    def chosen(path: str) -> str | None:
+        found = router.find("GET", path)
+        return None if found is None else found[0].source.route_key
+
+    # Then each path goes to its own
+    assert chosen("/console") == "GET /console"
+    assert chosen("/console/") == "GET /console/"
+    assert chosen("/console/app.js") == "GET /console/{proxy+}"
+    assert chosen("/console//") == "GET /console/{proxy+}"
+    assert Router([route("/console", "GET")]).find("GET", "/console/") is None
+    assert Router([route("/console/", "GET")]).find("GET", "/console") is None
+
+
 def test_greedy_variable_must_be_last() -> None:
     with pytest.raises(ValueError, match="a greedy variable must be the last segment"):
         route("/v1/{proxy+}/x")

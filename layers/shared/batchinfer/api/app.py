@@ -20,6 +20,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Serve
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api import anthropic, auth, batches, files, models, results, retries, uploads
+from batchinfer.api.console import router as console_router
 from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
 from batchinfer.core.observability import logger
 from batchinfer.wire import strict_json
@@ -92,6 +93,10 @@ def openapi_document():
     return Response(status_code=200, content_type="application/json", body=body)
 
 
+# The web console's page and files (served without a key: `auth.is_open`).
+app.include_router(console_router)
+
+
 def _envelope(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response:
     if auth.takes_api_key(app.current_event.path):  # the Message Batches routes: Anthropic's envelope
         return anthropic.error_response(status, body.message, headers)
@@ -118,7 +123,7 @@ def _unauthenticated() -> Response | None:
     Request validation runs before any middleware; a caller without a valid key must learn that first,
     as OpenAI's API answers 401 before looking at the request.
     """
-    if auth.authenticated() or app.current_event.path in auth.OPEN_PATHS:
+    if auth.authenticated() or auth.is_open(app.current_event.path):
         return None
     try:
         path = app.current_event.path

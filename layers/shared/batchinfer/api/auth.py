@@ -15,6 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 
+from batchinfer.api.console import is_console
 from batchinfer.api.errors import ApiError
 from batchinfer.data import accounts
 from batchinfer.data.items import ApiKey
@@ -90,11 +91,17 @@ def request_scope() -> Iterator[None]:
 
 
 def auth_middleware(app: Any, next_middleware: Callable[..., Response]) -> Response:
-    """Powertools middleware: authenticate every route but `OPEN_PATHS`, then call the route."""
+    """Powertools middleware: authenticate every route but the open ones (`is_open`), then call the route."""
     path = app.current_event.path
-    if path not in OPEN_PATHS:
+    if not is_open(path):
         _caller.set(authenticate(dict(app.current_event.headers or {}), x_api_key=takes_api_key(path)))
     return next_middleware(app)
+
+
+def is_open(path: str) -> bool:
+    """True for a path served without a key: the API's description and the web console's files
+    (the console's page asks for the key and sends it to /v1 itself)."""
+    return path in OPEN_PATHS or is_console(path)
 
 
 def takes_api_key(path: str) -> bool:
