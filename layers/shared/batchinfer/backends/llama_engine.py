@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from batchinfer.backends.base import RequestNotStarted
-from batchinfer.backends.llama_prefix import StreamContents
+from batchinfer.backends.llama_prefix import Source, StreamContents
 from batchinfer.backends.llama_results import EngineState, EngineTimeout, Generation
 from batchinfer.backends.llama_threads import barrier_wait_environ, usable_cpus
 
@@ -122,12 +122,14 @@ class _Sequence:
     def to_prefill(self) -> int:
         return len(self.request.prompt) - self.n_prefilled
 
-    def prefill_order(self, streams: StreamContents, reuse: bool) -> tuple[int, bool, int, int]:
-        """(priority, waiting for a sharer ahead, prompt tokens left to compute, arrival)."""
-        source = streams.best_source(self.request.prompt, self.seq_id, self.n_prefilled) if reuse else None
+    def source(self, streams: StreamContents) -> Source | None:
+        """Where it can take more of its prompt from (`StreamContents.best_source`)."""
+        return streams.best_source(self.request.prompt, self.seq_id, self.n_prefilled)
+
+    def prefill_order(self, source: Source | None) -> tuple[int, int, int]:
+        """(priority, prompt tokens left to compute after what it can take from `source`, arrival)."""
         length = self.n_prefilled if source is None else source.length
-        blocked = source is not None and source.blocked
-        return (self.request.priority, blocked, len(self.request.prompt) - length, self.request.arrival)
+        return (self.request.priority, len(self.request.prompt) - length, self.request.arrival)
 
 
 class LlamaEngine:
@@ -333,13 +335,11 @@ class LlamaEngine:
         cells past the prefix are dropped."""
         import llama_cpp
 
-        prompt, seq_id = sequence.request.prompt, sequence.seq_id
-        source = self._streams.best_source(prompt, seq_id, sequence.n_prefilled)
-        if source is None or source.seq_id == seq_id:
+        source, memory = sequence.source(self._streams), self._context.memory
+        if source is None or source.seq_id == sequence.seq_id:
             return
-        memory = self._context.memory
-        llama_cpp.llama_memory_seq_cp(memory, source.seq_id, seq_id, -1, -1)
-        llama_cpp.llama_memory_seq_rm(memory, seq_id, source.length, -1)
+        llama_cpp.llama_memory_seq_cp(memory, source.seq_id, sequence.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_rm(memory, sequence.seq_id, source.length, -1)
         sequence.cached += source.length - sequence.n_prefilled
         sequence.n_prefilled = source.length
         self._hold(sequence)
@@ -387,9 +387,8 @@ class LlamaEngine:
         if not prefilling:
             self._decode(n, None)
             return
-        reuse = self.prefix_reuse  # then a chunk of ONE prompt (exactness)
-        sequence = min(prefilling, key=lambda s: s.prefill_order(self._streams, reuse))
-        if reuse:
+        sequence = self._next_prompt(prefilling)  # then a chunk of ONE prompt (exactness)
+        if self.prefix_reuse:
             self._reuse(sequence)
         if sequence.n_prefilled and n:
             # Past position 0 the chunk is decoded alone: beside sequences with consecutive ids llama.cpp
@@ -408,6 +407,22 @@ class LlamaEngine:
             batch.logits[n - 1] = True
             sequence.logits_index = n - 1
         self._decode(n, (sequence, take))
+
+    def _next_prompt(self, prefilling: list[_Sequence]) -> _Sequence:
+        """The prompt to prefill next: the lowest `prefill_order`, where a sequence waiting for a sharer
+        still prefilling their common prefix ranks just after that sharer."""
+        if not self.prefix_reuse:
+            return min(prefilling, key=lambda s: s.prefill_order(None))
+        by_id = {s.seq_id: s for s in prefilling}
+
+        def key(sequence: _Sequence) -> tuple[tuple[int, int, int], int]:
+            source = sequence.source(self._streams)
+            blocker = by_id.get(source.blocked_by) if source and source.blocked_by is not None else None
+            if blocker is None:
+                return (sequence.prefill_order(source), 0)
+            return (blocker.prefill_order(blocker.source(self._streams)), 1)
+
+        return min(prefilling, key=key)
 
     def _put(self, n: int, token: int, position: int, sequence: _Sequence) -> None:
         batch = self._batch.batch

@@ -44,12 +44,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int | None = None) 
 @dataclass(frozen=True, slots=True)
 class Source:
     """The stream to take a prompt's prefix from: `seq_id`, the `length` it holds of the prompt now,
-    and `blocked`: a sequence ahead of this one is still prefilling tokens the prompt shares (better
-    wait for it than compute them twice)."""
+    and `blocked_by`: a stream ahead of this one still prefilling tokens the prompt shares (better wait
+    for it than compute them twice), else None."""
 
     seq_id: int
     length: int
-    blocked: bool
+    blocked_by: int | None = None
 
 
 class StreamContents:
@@ -101,19 +101,19 @@ class StreamContents:
 
     def best_source(self, prompt: Sequence[int], seq_id: int, n_prefilled: int) -> Source | None:
         """The stream (other than `seq_id`, which holds `prompt[:n_prefilled]`) holding the longest
-        prefix of `prompt` beyond `n_prefilled` by at least `MIN_REUSE` tokens, else None; `blocked`
+        prefix of `prompt` beyond `n_prefilled` by at least `MIN_REUSE` tokens, else None; `blocked_by`
         when another stream ahead of this one is still prefilling tokens of the prompt."""
         best: Source | None = None
-        blocked = False
+        blocked_by = None
         for other, tokens in enumerate(self.tokens):
             if other == seq_id or self.n_kv[other] <= n_prefilled:
                 continue
             shared = common_prefix(prompt, tokens, len(prompt) - COMPUTED_TAIL)
             if self.growing[other] and shared > self.n_kv[other]:
-                blocked = True
+                blocked_by = other
             length = min(shared, self.n_kv[other])
             if length >= n_prefilled + MIN_REUSE and (best is None or length > best.length):
-                best = Source(other, length, False)
+                best = Source(other, length)
         if best is None:
-            return Source(seq_id, n_prefilled, True) if blocked else None
-        return Source(best.seq_id, best.length, blocked)
+            return None if blocked_by is None else Source(seq_id, n_prefilled, blocked_by)
+        return Source(best.seq_id, best.length, blocked_by)
