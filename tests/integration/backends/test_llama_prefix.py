@@ -2,14 +2,15 @@
 SmolLM2-135M-Instruct GGUF: a prompt that takes its leading tokens from another sequence's KV stream
 generates what it generates computed whole.
 
-Each test builds its own small engine (4 or 2 sequences of 1024 cells) so what its free slots hold
-does not depend on the tests run before.
+Each test builds its own small engine (4 or 2 sequences of 1024 cells: about 0.3 s, the GGUF's
+weights mapped once) so what its free slots hold does not depend on the tests run before.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import sys
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import pytest
@@ -20,11 +21,11 @@ from batchinfer.backends.llama_engine import Generation, LlamaEngine
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
-RULES = "You grade product reviews. Answer with one word: good or bad. " * 12
-OTHER = "You translate English into French, word for word, and add nothing else. " * 10
+RULES = "You grade product reviews. Answer with one word: good or bad. " * 8
+OTHER = "You translate English into French, word for word, and add nothing else. " * 6
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine() -> Iterator[LlamaEngine]:
     backend = load_registry().backend("smollm2-135m-instruct")
     assert isinstance(backend, LlamaCppBackend)
@@ -51,6 +52,19 @@ def seeded(seed: int) -> Any:
     sampler.add_temp(0.9)
     sampler.add_dist(seed)
     return sampler
+
+
+async def queued_together(calls: list[Awaitable[Generation]]) -> list[Generation]:
+    """Run `calls` with all of them queued before the engine's thread admits any (it waits for the
+    GIL meanwhile), so which ones it admits first does not depend on thread timing."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5.0)
+    try:
+        tasks = [asyncio.ensure_future(call) for call in calls]
+        await asyncio.sleep(0)  # each task runs up to its wait for the engine
+    finally:
+        sys.setswitchinterval(interval)
+    return list(await asyncio.gather(*tasks))
 
 
 def solo(engine: LlamaEngine, prompts: list[list[int]], max_new: int = 8) -> list[Generation]:
@@ -81,16 +95,17 @@ def test_greedy_output_with_reuse_equals_without_for_8_prompts_sharing_prefixes(
     expected = solo(engine, prompts)
 
     async def together() -> list[Generation]:
-        return list(await asyncio.gather(*(engine.generate(p, greedy(), max_new_tokens=8) for p in prompts)))
+        return await queued_together([engine.generate(p, greedy(), max_new_tokens=8) for p in prompts])
 
     reused = asyncio.run(together())
 
     assert [g.tokens for g in reused] == [g.tokens for g in expected]
     assert [g.text for g in reused] == [g.text for g in expected]
-    assert len(rules) == 181 and len(other) == 161
-    # The rules once, the translation prompt once; the partial sharer its 60 tokens; the repeated
-    # prompt all but its last 2.
-    assert [g.cached_tokens for g in reused] == [0, 181, 0, 60, 181, 161, 0, len(prompts[7]) - 2]
+    assert (len(rules), len(other)) == (113, 91)
+    # 4 sequences: the shortest prompt first (the partial sharer, from scratch), then the rules and
+    # " Review:" are computed once (115 tokens), the translation prompt and " Text:" once (93), the
+    # greeting shares nothing.
+    assert [g.cached_tokens for g in reused] == [115, 60, 0, 0, 115, 93, 0, 115]
 
 
 def test_a_prefix_evicted_while_a_sharer_waits_is_recomputed(engine: LlamaEngine) -> None:
@@ -104,7 +119,7 @@ def test_a_prefix_evicted_while_a_sharer_waits_is_recomputed(engine: LlamaEngine
 
     async def scenario() -> tuple[Generation, Generation]:
         kept = await small.generate(first, greedy(), max_new_tokens=4)  # its prompt stays in its slot
-        busy = [asyncio.create_task(small.generate(p, greedy(), max_new_tokens=24)) for p in others]
+        busy = [asyncio.create_task(small.generate(p, greedy(), max_new_tokens=12)) for p in others]
         while small.state().free:  # both slots taken: the kept prompt is evicted
             await asyncio.sleep(0.005)
         waited = await small.generate(sharer, greedy(), max_new_tokens=8)
@@ -126,9 +141,11 @@ def test_seeded_sampling_is_reproducible_with_reuse(engine: LlamaEngine) -> None
         return await engine.generate(prompt, seeded(1234), max_new_tokens=16)
 
     async def shared() -> Generation:
-        out = await asyncio.gather(
-            *(engine.generate(p, greedy(), max_new_tokens=6) for p in sharers),
-            engine.generate(prompt, seeded(1234), max_new_tokens=16),
+        out = await queued_together(
+            [
+                *(engine.generate(p, greedy(), max_new_tokens=6) for p in sharers),
+                engine.generate(prompt, seeded(1234), max_new_tokens=16),
+            ]
         )
         return out[-1]
 
@@ -139,7 +156,7 @@ def test_seeded_sampling_is_reproducible_with_reuse(engine: LlamaEngine) -> None
         engine.prefix_reuse = True
     got = asyncio.run(shared())
 
-    assert got.cached_tokens >= 181
+    assert got.cached_tokens == 115  # the rules and " Review:", computed for a shorter sharer
     assert got.tokens == expected.tokens
 
 

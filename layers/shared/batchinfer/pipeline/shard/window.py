@@ -72,8 +72,9 @@ async def run_requests(
     time_left_ms: Callable[[], int],
     reserve_ms: int,
 ) -> list[Outcome]:
-    """Run requests, launched in input order (sharers of a prompt prefix together), at most `concurrency` in flight (`WindowRun` without a
-    link to the batch): the outcomes of the prefix of `requests` that finished, in input order."""
+    """Run requests, launched in input order (sharers of a prompt prefix together), at most
+    `concurrency` in flight (`WindowRun` without a link to the batch): the outcomes of the prefix of
+    `requests` that finished, in input order."""
     window = await WindowRun(
         backend,
         requests,
