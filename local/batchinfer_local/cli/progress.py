@@ -37,6 +37,12 @@ class Rates:
             usage.get("output_tokens") or 0
         )
 
+    @staticmethod
+    def cached(batch: dict[str, Any]) -> int:
+        """The batch's input tokens taken from a prompt cache (`usage.input_tokens_details`)."""
+        details = (batch.get("usage") or {}).get("input_tokens_details") or {}
+        return int(details.get("cached_tokens") or 0)
+
     def update(self, batch: dict[str, Any], now: float) -> dict[str, str]:
         """Fields for the progress line: `rps`, `tps` (one decimal, "-" before any rate) and `eta`
         (m:ss, "-" while unknown)."""
@@ -57,7 +63,7 @@ class Rates:
 
 def progress_bar(target: Console) -> Progress:
     """The bar of `submit --wait`, `status --watch` and `wait`: status, done of total, failed,
-    requests/s, tokens/s, ETA, elapsed."""
+    requests/s, tokens/s, cached input tokens, ETA, elapsed."""
     return Progress(
         TextColumn("{task.fields[status]:<11}"),
         BarColumn(),
@@ -65,6 +71,7 @@ def progress_bar(target: Console) -> Progress:
         TextColumn("failed {task.fields[failed]}"),
         TextColumn("{task.fields[rps]} req/s"),
         TextColumn("{task.fields[tps]} tok/s"),
+        TextColumn("cached {task.fields[cached]}"),
         TextColumn("ETA {task.fields[eta]}"),
         TimeElapsedColumn(),
         console=target,
@@ -85,7 +92,7 @@ def follow(
     rates = Rates()
     with progress_bar(console) as progress:
         task = progress.add_task(
-            "batch", total=None, status="validating", failed=0, rps="-", tps="-", eta="-"
+            "batch", total=None, status="validating", failed=0, rps="-", tps="-", cached=0, eta="-"
         )
 
         def update(batch: dict[str, Any]) -> None:
@@ -96,6 +103,7 @@ def follow(
                 completed=Rates.done(batch),
                 status=batch["status"],
                 failed=counts.get("failed") or 0,
+                cached=Rates.cached(batch),
                 **rates.update(batch, clock()),
             )
 

@@ -27,10 +27,21 @@ def test_a_raw_prompt_continues_as_is_one_choice_per_prompt(smollm2: ChatBackend
 
     assert (solo["object"], solo["model"], solo["id"][:5]) == ("text_completion", SMOLLM2, "cmpl-")
     assert solo["choices"] == [{"text": " 4, 5,", "index": 0, "logprobs": None, "finish_reason": "length"}]
-    assert solo["usage"] == {"prompt_tokens": 8, "completion_tokens": 6, "total_tokens": 14}
+    # 8 tokens: too short to take any from the prefix cache
+    assert solo["usage"] == {
+        "prompt_tokens": 8,
+        "completion_tokens": 6,
+        "total_tokens": 14,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     # each prompt generates as it would alone, beside the other on the engine
     assert [(c["index"], c["text"]) for c in both["choices"]] == [(0, " Paris.\n\nThe United"), (1, " 4, 5,")]
-    assert both["usage"] == {"prompt_tokens": 13, "completion_tokens": 12, "total_tokens": 25}
+    assert both["usage"] == {
+        "prompt_tokens": 13,
+        "completion_tokens": 12,
+        "total_tokens": 25,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 def test_stop_and_the_default_of_16_tokens(smollm2: ChatBackend) -> None:

@@ -55,7 +55,7 @@ def test_put_stores_the_header_once_with_its_keys(moto_aws: Aws) -> None:
         "created_at": T0,
         "expires_at": T0 + 86_400,
         "request_counts": {"total": 0, "completed": 0, "failed": 0},
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cached_tokens": 0},
         "metadata": {"k": "v"},
         "shards_total": 0,
         "shards_done": 0,

@@ -186,7 +186,7 @@ def test_commit_counts_work_once_in_shard_and_header(running: str) -> None:
     header = batches.get(running)
     assert (header.request_counts, header.usage.model_dump(), header.shards_done) == (
         RequestCounts(total=5, completed=1, failed=1),
-        {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14},
+        {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14, "cached_tokens": 0},
         0,
     )
     assert (
@@ -266,7 +266,12 @@ def test_publish_sets_absolute_values_and_answers_the_header(running: str) -> No
     assert again.status == BatchStatus.IN_PROGRESS
     counts, usage = again.shown_counts()
     assert counts.model_dump() == {"total": 5, "completed": 2, "failed": 0}
-    assert usage.model_dump() == {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28}
+    assert usage.model_dump() == {
+        "input_tokens": 20,
+        "output_tokens": 8,
+        "total_tokens": 28,
+        "cached_tokens": 0,
+    }
     assert batches.get(running).request_counts.completed == 0  # committed counts untouched
 
 

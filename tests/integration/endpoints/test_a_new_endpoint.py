@@ -86,7 +86,12 @@ def test_an_echo_batch_runs_to_its_result_lines(
         }
     ]
     assert header.request_counts.model_dump() == {"total": 3, "completed": 2, "failed": 1}
-    assert header.usage.model_dump() == {"input_tokens": 6, "output_tokens": 4, "total_tokens": 10}
+    assert header.usage.model_dump() == {
+        "input_tokens": 6,
+        "output_tokens": 4,
+        "total_tokens": 10,
+        "cached_tokens": 0,
+    }
     assert sorted(upstream.arrivals) == ["FAIL here", "again", "hello"]
 
 

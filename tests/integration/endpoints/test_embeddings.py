@@ -73,7 +73,12 @@ def test_an_embeddings_batch_runs_to_openai_result_bodies(
     assert failed["response"]["status_code"] == 400
     # And the batch counts input tokens only
     assert header.request_counts.model_dump() == {"total": 3, "completed": 2, "failed": 1}
-    assert header.usage.model_dump() == {"input_tokens": 6, "output_tokens": 0, "total_tokens": 6}
+    assert header.usage.model_dump() == {
+        "input_tokens": 6,
+        "output_tokens": 0,
+        "total_tokens": 6,
+        "cached_tokens": 0,
+    }
 
 
 def test_an_embeddings_batch_over_50000_inputs_fails_validation(

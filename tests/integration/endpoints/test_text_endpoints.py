@@ -66,7 +66,12 @@ def test_a_completions_batch_answers_one_choice_per_prompt_and_counts_its_tokens
     header = batches.get(batch_id)
     assert header is not None
     assert header.request_counts.model_dump() == {"total": 3, "completed": 2, "failed": 1}
-    assert header.usage.model_dump() == {"input_tokens": 6, "output_tokens": 4, "total_tokens": 10}
+    assert header.usage.model_dump() == {
+        "input_tokens": 6,
+        "output_tokens": 4,
+        "total_tokens": 10,
+        "cached_tokens": 0,
+    }
 
 
 def test_a_responses_batch_counts_input_and_output_tokens(
@@ -92,7 +97,12 @@ def test_a_responses_batch_counts_input_and_output_tokens(
     ]
     header = batches.get(batch_id)
     assert header is not None
-    assert header.usage.model_dump() == {"input_tokens": 6, "output_tokens": 4, "total_tokens": 10}
+    assert header.usage.model_dump() == {
+        "input_tokens": 6,
+        "output_tokens": 4,
+        "total_tokens": 10,
+        "cached_tokens": 0,
+    }
     assert sorted(upstream.arrivals) == ["again", "hello"]
 
 

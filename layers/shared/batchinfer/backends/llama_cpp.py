@@ -255,6 +255,7 @@ class LlamaCppBackend:
             finish_reason=out.finish_reason,
             prompt_tokens=len(prompt),
             completion_tokens=len(out.tokens),
+            cached_tokens=out.cached_tokens,
         ).model_dump()
         # The model's own log of what it answered (tests compare output.jsonl with it).
         logger.debug("llama.cpp answered", extra={"completion_id": answer["id"], "usage": answer["usage"]})
@@ -293,7 +294,11 @@ class LlamaCppBackend:
             )
             for i, out in enumerate(outs)
         ]
-        usage = CompletionUsage.of(sum(map(len, prompts)), sum(len(out.tokens) for out in outs))
+        usage = CompletionUsage.of(
+            sum(map(len, prompts)),
+            sum(len(out.tokens) for out in outs),
+            sum(out.cached_tokens for out in outs),
+        )
         return CompletionResponse(
             id=f"cmpl-{uuid.uuid4()}", model=self.name, choices=choices, usage=usage
         ).model_dump()

@@ -4,18 +4,19 @@
     sampler = internals.LlamaSampler(); sampler.add_greedy()            # the request's own chain
     out = await engine.generate(prompt_ids, sampler, max_new_tokens=64, stop=[b"\\n\\n"], priority=5)
     out.tokens, out.text, out.finish_reason                              # [ids], b"...", "stop" | "length"
+    out.cached_tokens                                    # prompt tokens taken from the KV cache
 
 One llama.cpp context holds `n_seq_max` sequences, each with its own KV cache stream of `n_ctx`
 cells (`kv_unified = false`; the context is `n_seq_max * n_ctx` cells). One thread per engine runs
 the loop; asyncio callers submit requests and await them. Each step is ONE `llama_decode` of:
   1. one token for every sequence that is generating (the one it sampled last step), then
   2. the next chunk of ONE prompt still being prefilled, up to `n_batch` tokens in all: the
-     prefilling sequence of the lowest (priority, prompt tokens still to prefill, arrival), so a
-     short prompt is not held behind a long one being prefilled in chunks, and a long prompt never
-     holds up the sequences generating beside it.
+     prefilling sequence of the lowest (priority, waiting for a sharer, prompt tokens still to
+     compute, arrival), so a short prompt is not held behind a long one being prefilled in chunks,
+     and a long prompt never holds up the sequences generating beside it.
 After the call every sequence with logits samples its next token with its own sampler chain
 (`llama_sampler_sample(chain, ctx, batch_index)`: its parameters, its own RNG and penalty window),
-checks its stop conditions, and a finished sequence frees its KV stream (`llama_memory_seq_rm`). A
+checks its stop conditions, and a finished sequence frees its KV stream but its prompt. A
 waiting request (lowest priority number first, then arrival) takes a free sequence at the start of
 the next step: continuous batching.
 
@@ -28,6 +29,11 @@ into micro-batches with equal token counts per sequence, and two prompts of uneq
 call gave different logits from the same prompts alone). How a prompt is chunked, what else decodes
 in the same call, and which sequence id it gets were all measured exact.
 
+Prefix reuse (`batchinfer.backends.llama_prefix`): a prompt whose leading tokens another stream holds
+(a running prompt, or a finished one kept in a free slot) takes them, and only the rest is computed;
+a sequence that shares a prefix a sequence ahead of it is still prefilling waits for it. Measured
+exact too (bit for bit on the logits, in place or copied, whatever chunks computed the prefix).
+
 Timeouts and cancellation: a request past its deadline, or whose awaiting task was cancelled, is
 dropped before the next step: a waiting one leaves the queue, a running one frees its sequence.
 
@@ -39,7 +45,7 @@ per-request timeout, no cancel of a request in prefill and no token ids out with
 scheduler is ours, on llama-cpp-python's low-level API and its `_internals` wrappers (`LlamaModel`,
 `LlamaContext`, `LlamaBatch`, `LlamaSampler`), whose ctypes signatures follow its vendored
 llama.cpp: re-check this module (and its exactness tests) at every llama-cpp-python bump.
-Not done: preempting a running sequence for a higher priority one, prompt (prefix) caching, n > 1.
+Not done: preempting a running sequence for a higher priority one, n > 1.
 """
 
 from __future__ import annotations
@@ -56,74 +62,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from batchinfer.backends.base import RequestNotStarted
+from batchinfer.backends.llama_prefix import Source, StreamContents
+from batchinfer.backends.llama_results import EngineState, EngineTimeout, Generation
+from batchinfer.backends.llama_threads import barrier_wait_environ, usable_cpus
 
 if TYPE_CHECKING:  # llama-cpp-python is imported where used: the zip functions' layer does not ship it
     from llama_cpp import _internals as internals
 
-__all__ = ["EngineState", "EngineTimeout", "Generation", "LlamaEngine", "usable_cpus"]
+__all__ = ["EngineState", "EngineTimeout", "Generation", "LlamaEngine", "barrier_wait_environ", "usable_cpus"]
 
 DEFAULT_PRIORITY = 5
 # Tokens per llama_decode call (llama.cpp's default n_batch): the generating sequences' tokens plus
 # one prompt chunk. A longer prompt is prefilled over several calls.
 N_BATCH = 512
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask: a cgroup or an execution environment pinned
-    to one CPU), not the host's count."""
-    return len(os.sched_getaffinity(0))
-
-
-# Iterations libgomp spins at a barrier before it sleeps (its default without a wait policy: 300,000).
-BARRIER_SPIN = "2000"
-
-
-def barrier_wait_environ() -> dict[str, str]:
-    """The variables that set how llama.cpp's OpenMP threads wait at a barrier, `{}` when the environment
-    sets either already (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`, GCC's libgomp manual, "Environment
-    Variables"): a short spin, then sleep (`GOMP_SPINCOUNT=BARRIER_SPIN`).
-
-    ggml's CPU backend meets its threads at a barrier after every op (~350 per decode call). Sleeping at
-    once (`OMP_WAIT_POLICY=PASSIVE`) costs a futex wake each time, slow on a virtual machine's halted
-    vCPU; spinning long (libgomp's default) burns the time slice of a partner that is not scheduled.
-    Raw 16-sequence decode on this 2-core microVM (`benchmarks.ceiling`): quiet, 186-194
-    tokens/s spinning 2,000, 131-148 passive, 189-197 spinning 20,000; at load average 10-14, 23-34,
-    29-71 and 9-17. So a host shared with other CPU-bound work sets `OMP_WAIT_POLICY=PASSIVE` (the local
-    stack passes it through to its functions).
-    """
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        return {}
-    return {"GOMP_SPINCOUNT": BARRIER_SPIN}
-
-
-class EngineTimeout(Exception):
-    """A request's deadline passed; `started` says whether it had a sequence (else it was waiting)."""
-
-    def __init__(self, started: bool) -> None:
-        super().__init__("running" if started else "waiting for the model")
-        self.started = started
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """What a request generated: `tokens` (ids; the end-of-generation id last when the request asked for
-    it), `text` (the tokens' bytes, cut before the first stop string; special tokens render as
-    nothing) and `finish_reason`: "stop" (end of generation or a stop string), "length" (the cap)."""
-
-    tokens: list[int]
-    text: bytes
-    finish_reason: Literal["stop", "length"]
-
-
-@dataclass(frozen=True, slots=True)
-class EngineState:
-    """A snapshot of the engine: requests `running` (holding a sequence) and `waiting`, `free`
-    sequences, `steps` (llama_decode calls so far)."""
-
-    running: int
-    waiting: int
-    free: int
-    steps: int
 
 
 @dataclass(eq=False)
@@ -162,6 +113,7 @@ class _Sequence:
     request: _Request
     seq_id: int
     n_prefilled: int = 0  # prompt tokens in the KV cache
+    cached: int = 0  # of them, taken from a KV stream instead of computed
     tokens: list[int] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)
     logits_index: int = -1  # this step's batch index of its logits, -1: none
@@ -170,8 +122,14 @@ class _Sequence:
     def to_prefill(self) -> int:
         return len(self.request.prompt) - self.n_prefilled
 
-    def prefill_order(self) -> tuple[int, int, int]:
-        return (self.request.priority, self.to_prefill, self.request.arrival)
+    def source(self, streams: StreamContents) -> Source | None:
+        """Where it can take more of its prompt from (`StreamContents.best_source`)."""
+        return streams.best_source(self.request.prompt, self.seq_id, self.n_prefilled)
+
+    def prefill_order(self, source: Source | None) -> tuple[int, int, int]:
+        """(priority, prompt tokens left to compute after what it can take from `source`, arrival)."""
+        length = self.n_prefilled if source is None else source.length
+        return (self.request.priority, len(self.request.prompt) - length, self.request.arrival)
 
 
 class LlamaEngine:
@@ -182,9 +140,13 @@ class LlamaEngine:
     off the event loop. Raises `ValueError` when llama.cpp cannot load the file or create the
     context. The loop thread starts at once and is a daemon: a process may exit mid-generation.
     `model` (the `LlamaModel`) tokenizes, detokenizes and reads metadata from any thread.
+    `prefix_reuse` (settable while running; read at each admission and prefill): take a prompt's
+    leading tokens from a KV stream that holds them (see `batchinfer.backends.llama_prefix`).
     """
 
-    def __init__(self, path: Path, *, n_ctx: int, n_seq_max: int, n_threads: int) -> None:
+    def __init__(
+        self, path: Path, *, n_ctx: int, n_seq_max: int, n_threads: int, prefix_reuse: bool = True
+    ) -> None:
         if not 1 <= n_seq_max < N_BATCH:
             raise ValueError(f"n_seq_max must be in [1, {N_BATCH}), got {n_seq_max}")
         os.environ.update(barrier_wait_environ())  # libgomp reads them once, when llama.cpp loads
@@ -216,6 +178,8 @@ class LlamaEngine:
         self._arrivals = itertools.count()
         self._free = list(range(n_seq_max - 1, -1, -1))
         self._running: list[_Sequence] = []  # the engine thread's only
+        self._streams = StreamContents(n_seq_max)
+        self.prefix_reuse = prefix_reuse
         self._steps = 0
         self._thread = threading.Thread(target=self._run, name=f"llama-engine-{path.stem}", daemon=True)
         self._thread.start()
@@ -344,14 +308,41 @@ class LlamaEngine:
                 request.resolve(error=EngineTimeout(started=False))
             else:
                 request.started = True
-                admitted.append(_Sequence(request, self._free.pop()))
+                index, kept = (
+                    self._streams.choose_free(request.prompt, self._free)
+                    if self.prefix_reuse
+                    else (len(self._free) - 1, 0)
+                )
+                seq_id = self._free.pop(index)
+                admitted.append(_Sequence(request, seq_id, n_prefilled=kept, cached=kept))
         return admitted
 
     def _start(self, sequence: _Sequence) -> None:
+        """Its stream keeps the prefix it shares with the prompt it held (`n_prefilled`), or nothing."""
         import llama_cpp
 
-        llama_cpp.llama_memory_seq_rm(self._context.memory, sequence.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._context.memory, sequence.seq_id, sequence.n_prefilled, -1)
+        self._hold(sequence)
         self._running.append(sequence)
+
+    def _hold(self, sequence: _Sequence) -> None:
+        growing = sequence.to_prefill > 0
+        self._streams.hold(sequence.seq_id, sequence.request.prompt, sequence.n_prefilled, growing=growing)
+
+    def _reuse(self, sequence: _Sequence) -> None:
+        """Copy into its stream the longest prefix of its prompt another stream holds (when that saves
+        at least `MIN_REUSE` tokens): llama.cpp copies the whole stream at the next decode, then the
+        cells past the prefix are dropped."""
+        import llama_cpp
+
+        source, memory = sequence.source(self._streams), self._context.memory
+        if source is None or source.seq_id == sequence.seq_id:
+            return
+        llama_cpp.llama_memory_seq_cp(memory, source.seq_id, sequence.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_rm(memory, sequence.seq_id, source.length, -1)
+        sequence.cached += source.length - sequence.n_prefilled
+        sequence.n_prefilled = source.length
+        self._hold(sequence)
 
     def _drop_finished_callers(self) -> None:
         """Requests cancelled or past their deadline leave the queue, or free their sequence."""
@@ -379,53 +370,88 @@ class LlamaEngine:
                 self._finish(sequence, error=None if cancelled else EngineTimeout(started=True))
 
     def _step(self) -> None:
-        """One llama_decode over the running sequences, then sampling, stop checks and retirement."""
+        """One llama_decode over the running sequences (two when a prompt chunk starts past position 0),
+        then sampling, stop checks and retirement."""
         batch = self._batch.batch
         n = 0
         for sequence in self._running:  # one token of every generating sequence
             sequence.logits_index = -1
             if sequence.to_prefill == 0:
-                batch.token[n] = sequence.tokens[-1]
-                batch.pos[n] = len(sequence.request.prompt) + len(sequence.tokens) - 1
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = sequence.seq_id
+                self._put(
+                    n, sequence.tokens[-1], len(sequence.request.prompt) + len(sequence.tokens) - 1, sequence
+                )
                 batch.logits[n] = True
                 sequence.logits_index = n
                 n += 1
         prefilling = [s for s in self._running if s.to_prefill > 0]
-        chunk: tuple[_Sequence, int] | None = None
-        if prefilling and n < N_BATCH:  # then a chunk of ONE prompt (exactness)
-            sequence = min(prefilling, key=_Sequence.prefill_order)
-            start = sequence.n_prefilled
-            take = min(sequence.to_prefill, N_BATCH - n)
-            prompt = sequence.request.prompt
-            for position in range(start, start + take):
-                batch.token[n] = prompt[position]
-                batch.pos[n] = position
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = sequence.seq_id
-                batch.logits[n] = False
-                n += 1
-            if start + take == len(prompt):  # logits of the prompt's last token: its first new token
-                batch.logits[n - 1] = True
-                sequence.logits_index = n - 1
-            chunk = (sequence, take)
-        batch.n_tokens = n
+        if not prefilling:
+            self._decode(n, None)
+            return
+        sequence = self._next_prompt(prefilling)  # then a chunk of ONE prompt (exactness)
+        if self.prefix_reuse:
+            self._reuse(sequence)
+        if sequence.n_prefilled and n:
+            # Past position 0 the chunk is decoded alone: beside sequences with consecutive ids llama.cpp
+            # gives its first token a one-row micro-batch, whose attention is not bit-exact.
+            if not self._decode(n, None):
+                return
+            n = 0
+        # The last chunk is at least 2 tokens long (a 1-token chunk past position 0: ditto).
+        take = min(sequence.to_prefill, N_BATCH - n)
+        take -= sequence.to_prefill - take == 1
+        prompt, start = sequence.request.prompt, sequence.n_prefilled
+        for position in range(start, start + take):
+            self._put(n, prompt[position], position, sequence)
+            n += 1
+        if start + take == len(prompt):  # logits of the prompt's last token: its first new token
+            batch.logits[n - 1] = True
+            sequence.logits_index = n - 1
+        self._decode(n, (sequence, take))
+
+    def _next_prompt(self, prefilling: list[_Sequence]) -> _Sequence:
+        """The prompt to prefill next: the lowest `prefill_order`, where a sequence waiting for a sharer
+        still prefilling their common prefix ranks just after that sharer."""
+        if not self.prefix_reuse:
+            return min(prefilling, key=lambda s: s.prefill_order(None))
+        by_id = {s.seq_id: s for s in prefilling}
+
+        def key(sequence: _Sequence) -> tuple[tuple[int, int, int], int]:
+            source = sequence.source(self._streams)
+            blocker = by_id.get(source.blocked_by) if source and source.blocked_by is not None else None
+            if blocker is None:
+                return (sequence.prefill_order(source), 0)
+            return (blocker.prefill_order(blocker.source(self._streams)), 1)
+
+        return min(prefilling, key=key)
+
+    def _put(self, n: int, token: int, position: int, sequence: _Sequence) -> None:
+        batch = self._batch.batch
+        batch.token[n], batch.pos[n], batch.n_seq_id[n] = token, position, 1
+        batch.seq_id[n][0] = sequence.seq_id
+        batch.logits[n] = False
+
+    def _decode(self, n: int, chunk: tuple[_Sequence, int] | None) -> bool:
+        """Decode the batch's first `n` tokens (`chunk`: the prompt sequence and how many of its tokens),
+        then sample and check every sequence with logits; False when llama.cpp failed (all finished)."""
+        self._batch.batch.n_tokens = n
         try:
             self._context.decode(self._batch)
         except RuntimeError as error:
             for sequence in list(self._running):
                 self._finish(sequence, error=error)
-            return
+            return False
         finally:
             with self._cv:
                 self._steps += 1
         if chunk is not None:
             chunk[0].n_prefilled += chunk[1]
+            self._hold(chunk[0])
         for sequence in list(self._running):
             if sequence.logits_index >= 0:
                 token = sequence.request.sampler.sample(self._context, sequence.logits_index)
+                sequence.logits_index = -1
                 self._accept(sequence, token)
+        return True
 
     def _accept(self, sequence: _Sequence, token: int) -> None:
         import llama_cpp
@@ -454,12 +480,15 @@ class LlamaEngine:
         reason: Literal["stop", "length"] = "length",
         error: BaseException | None = None,
     ) -> None:
-        """Retire a sequence: free its KV stream and sampler, then resolve its request (error None and
-        the request cancelled: nobody waits)."""
+        """Retire a sequence: free its sampler and its KV stream but the prompt's prefilled tokens (a
+        free slot's cached prefix; nothing kept after a llama.cpp failure), then resolve its request
+        (error None and the request cancelled: nobody waits)."""
         import llama_cpp
 
         self._running.remove(sequence)
-        llama_cpp.llama_memory_seq_rm(self._context.memory, sequence.seq_id, -1, -1)
+        kept = sequence.n_prefilled if self.prefix_reuse and not isinstance(error, RuntimeError) else 0
+        llama_cpp.llama_memory_seq_rm(self._context.memory, sequence.seq_id, kept, -1)
+        self._streams.hold(sequence.seq_id, sequence.request.prompt, kept, growing=False)
         request = sequence.request
         request.sampler.close()
         with self._cv:
@@ -467,4 +496,4 @@ class LlamaEngine:
         if error is not None:
             request.resolve(error=error)
         elif not request.cancelled:
-            request.resolve(Generation(sequence.tokens, bytes(sequence.text), reason))
+            request.resolve(Generation(sequence.tokens, bytes(sequence.text), reason, sequence.cached))

@@ -30,11 +30,13 @@ class Item(BaseModel):
 
 
 class TokenTotals(BaseModel):
-    """A batch's token totals over its successful requests (the header's `usage` map)."""
+    """A batch's token totals over its successful requests (the header's `usage` map); `cached_tokens`
+    of the input tokens came from a prompt cache (OpenAI's `usage.input_tokens_details.cached_tokens`)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0
 
 
 class LiveProgress(BaseModel):
@@ -48,11 +50,14 @@ class LiveProgress(BaseModel):
     failed: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
     at: int = 0
 
     def is_empty(self) -> bool:
         """True when it adds nothing to the committed counts."""
-        return not (self.completed or self.failed or self.input_tokens or self.output_tokens)
+        return not (
+            self.completed or self.failed or self.input_tokens or self.output_tokens or self.cached_tokens
+        )
 
 
 class BatchHeader(Item):
@@ -155,12 +160,14 @@ class BatchHeader(Item):
         failed = min(counts.total - completed, counts.failed + sum(p.failed for p in live))
         added_in = sum(p.input_tokens for p in live)
         added_out = sum(p.output_tokens for p in live)
+        added_cached = sum(p.cached_tokens for p in live)
         return (
             RequestCounts(total=counts.total, completed=completed, failed=max(failed, 0)),
             TokenTotals(
                 input_tokens=usage.input_tokens + added_in,
                 output_tokens=usage.output_tokens + added_out,
                 total_tokens=usage.total_tokens + added_in + added_out,
+                cached_tokens=usage.cached_tokens + added_cached,
             ),
         )
 

@@ -167,6 +167,7 @@ def commit(
     failed: int,
     input_tokens: int,
     output_tokens: int,
+    cached_tokens: int = 0,
     keep_lease: bool = False,
     live_rest: LiveProgress | None = None,
 ) -> bool:
@@ -204,7 +205,7 @@ def commit(
         shard_no,
         done=done,
         at=at,
-        counts=(completed, failed, input_tokens, output_tokens),
+        counts=(completed, failed, input_tokens, output_tokens, cached_tokens),
         live_rest=None if done else live_rest,
     )
     return not transact([{"Update": shard_update}, {"Update": header_update}])
@@ -252,12 +253,12 @@ def _commit_header_update(
     *,
     done: bool,
     at: int,
-    counts: tuple[int, int, int, int],
+    counts: tuple[int, int, int, int, int],
     live_rest: LiveProgress | None,
 ) -> dict[str, Any]:
-    """`commit`'s update of the batch header: `counts` (completed, failed, input and output tokens)
-    added, the shard's live progress replaced by `live_rest` (or removed), unless sealed."""
-    completed, failed, input_tokens, output_tokens = counts
+    """`commit`'s update of the batch header: `counts` (completed, failed, input, output and cached
+    tokens) added, the shard's live progress replaced by `live_rest` (or removed), unless sealed."""
+    completed, failed, input_tokens, output_tokens, cached_tokens = counts
     return {
         "Key": keys.batch(batch_id),
         "UpdateExpression": (
@@ -266,6 +267,8 @@ def _commit_header_update(
             "#usage.input_tokens = #usage.input_tokens + :in, "
             "#usage.output_tokens = #usage.output_tokens + :out, "
             "#usage.total_tokens = #usage.total_tokens + :tot, "
+            # A header made before cached tokens were counted has none yet.
+            "#usage.cached_tokens = if_not_exists(#usage.cached_tokens, :zero) + :ca, "
             "shards_done = shards_done + :d, progress_at = :now"
             + (", live.#shard = :rest" if live_rest is not None else " REMOVE live.#shard")
         ),
@@ -277,6 +280,8 @@ def _commit_header_update(
             ":in": input_tokens,
             ":out": output_tokens,
             ":tot": input_tokens + output_tokens,
+            ":ca": cached_tokens,
+            ":zero": 0,
             ":d": 1 if done else 0,
             ":now": at,
             **({":rest": live_rest.model_dump(mode="json")} if live_rest is not None else {}),

@@ -54,11 +54,12 @@ class BackendServer:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens one result counts toward its batch's `usage`: `input_tokens` (the prompt) and
-    `output_tokens` (generated)."""
+    """Tokens one result counts toward its batch's `usage`: `input_tokens` (the prompt),
+    `output_tokens` (generated) and `cached_tokens` (of the prompt, taken from a prompt cache)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
 
 
 class Endpoint(ABC):

@@ -64,6 +64,8 @@ class ChatCompletions(Endpoint):
         return model if isinstance(model, str) and model else None
 
     def usage(self, result: dict[str, Any]) -> Usage:
-        """`usage.prompt_tokens` in, `usage.completion_tokens` out (0 where absent)."""
+        """`usage.prompt_tokens` in, `usage.completion_tokens` out, `usage.prompt_tokens_details.
+        cached_tokens` cached (0 where absent)."""
         usage = result.get("usage") or {}
-        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cached)

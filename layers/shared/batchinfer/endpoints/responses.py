@@ -98,6 +98,8 @@ class Responses(ChatCompletions):
         return ResponsesServer(backend)
 
     def usage(self, result: dict[str, Any]) -> Usage:
-        """`usage.input_tokens` in, `usage.output_tokens` out (0 where absent)."""
+        """`usage.input_tokens` in, `usage.output_tokens` out, `usage.input_tokens_details.cached_tokens`
+        cached (0 where absent)."""
         usage = result.get("usage") or {}
-        return Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
+        cached = int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
+        return Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0), cached)

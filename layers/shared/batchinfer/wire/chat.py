@@ -361,20 +361,34 @@ class ChatCompletionChoice(BaseModel):
     finish_reason: str
 
 
+class PromptTokensDetails(BaseModel):
+    """`cached_tokens`: the prompt's tokens the model took from its cache instead of computing."""
+
+    cached_tokens: int = 0
+
+
 class CompletionUsage(BaseModel):
-    """Tokens of one completion; `total_tokens` is their sum."""
+    """Tokens of one completion; `total_tokens` is their sum. `prompt_tokens_details` only from a
+    backend that knows what its prompt cache saved (left out of the JSON otherwise)."""
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = Field(None, exclude_if=lambda v: v is None)
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
-        """The usage of `prompt_tokens` in and `completion_tokens` out."""
+    def of(
+        cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None
+    ) -> CompletionUsage:
+        """The usage of `prompt_tokens` in (`cached_tokens` of them from a prompt cache, when known) and
+        `completion_tokens` out."""
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=None
+            if cached_tokens is None
+            else PromptTokensDetails(cached_tokens=cached_tokens),
         )
 
 
@@ -400,8 +414,10 @@ class ChatCompletionResponse(BaseModel):
         finish_reason: str,
         prompt_tokens: int,
         completion_tokens: int,
+        cached_tokens: int | None = None,
     ) -> ChatCompletionResponse:
-        """The completion of one text answer: a single assistant choice and its usage."""
+        """The completion of one text answer: a single assistant choice and its usage (`cached_tokens`:
+        see `CompletionUsage.of`)."""
         return cls(
             id=id,
             model=model,
@@ -410,5 +426,5 @@ class ChatCompletionResponse(BaseModel):
                     message=ChatCompletionMessage(content=content), finish_reason=finish_reason
                 )
             ],
-            usage=CompletionUsage.of(prompt_tokens, completion_tokens),
+            usage=CompletionUsage.of(prompt_tokens, completion_tokens, cached_tokens),
         )

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from batchinfer.wire.status import BatchStatus
 
@@ -139,6 +139,14 @@ class Usage(BaseModel):
     total_tokens: int = 0
     input_tokens_details: InputTokensDetails = InputTokensDetails()
     output_tokens_details: OutputTokensDetails = OutputTokensDetails()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_cached_tokens(cls, data: Any) -> Any:
+        # The batch header keeps its totals flat (`data.items.TokenTotals.cached_tokens`).
+        if isinstance(data, dict) and "cached_tokens" in data and "input_tokens_details" not in data:
+            data = {**data, "input_tokens_details": {"cached_tokens": data["cached_tokens"]}}
+        return data
 
 
 class LineErrorOut(BaseModel):

@@ -155,7 +155,7 @@ class OutputMessage(BaseModel):
 
 
 class InputTokensDetails(BaseModel):
-    # The OpenAI SDK's Response model requires both (no prompt cache here: 0).
+    # The OpenAI SDK's Response model requires both; cached_tokens: what the backend's prompt cache saved.
     cache_write_tokens: int = 0
     cached_tokens: int = 0
 
@@ -215,6 +215,7 @@ class ResponseObject(BaseModel):
         )
         usage = completion.get("usage") or {}
         prompt, generated = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         status: Literal["completed", "incomplete"] = "incomplete" if reason else "completed"
         return cls(
             status=status,
@@ -233,7 +234,10 @@ class ResponseObject(BaseModel):
             if body.text and body.text.format
             else {"format": {"type": "text"}},
             usage=ResponseUsage(
-                input_tokens=prompt, output_tokens=generated, total_tokens=prompt + generated
+                input_tokens=prompt,
+                input_tokens_details=InputTokensDetails(cached_tokens=cached),
+                output_tokens=generated,
+                total_tokens=prompt + generated,
             ),
             metadata=body.metadata or {},
         )

@@ -41,3 +41,10 @@ def test_rates_sum_input_and_output_tokens_when_total_is_absent() -> None:
         "tps": "20.0",
         "eta": "0:02",
     }
+
+
+def test_the_cached_input_tokens_are_read_from_the_batch_usage() -> None:
+    usage = {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 675}}
+    assert Rates.cached({"usage": usage}) == 675
+    assert Rates.cached({"usage": {"input_tokens": 10}}) == 0
+    assert Rates.cached({}) == 0

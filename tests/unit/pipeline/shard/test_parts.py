@@ -22,4 +22,4 @@ def test_render_puts_successes_first_and_counts_tokens() -> None:
         "request_id": "r2",
         "body": {"error": {"message": "m"}},
     }
-    assert counts == {"completed": 2, "failed": 1, "input_tokens": 4, "output_tokens": 3}
+    assert counts == {"completed": 2, "failed": 1, "input_tokens": 4, "output_tokens": 3, "cached_tokens": 0}

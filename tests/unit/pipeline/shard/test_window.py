@@ -429,7 +429,10 @@ def test_a_cancel_stops_launching_and_lets_the_requests_at_the_model_finish() ->
     assert result.ending is link.ending
     assert [o is not None and o.ok for o in result.outcomes] == [True] * 8 + [False] * 12
     assert len(backend.calls) == 8
-    assert link.published == [dict.fromkeys(("completed", "failed", "input_tokens", "output_tokens"), 0)] * 2
+    assert (
+        link.published
+        == [dict.fromkeys(("completed", "failed", "input_tokens", "output_tokens", "cached_tokens"), 0)] * 2
+    )
     lines = result.ended()
     assert len(lines) == 8
 
@@ -475,7 +478,7 @@ def test_ended_fills_a_gap_before_a_later_answer_with_never_ran() -> None:
         ("c2", 200),
     ]
     data, output_bytes, counts = render("batch_x", ended, CHAT)
-    assert counts == {"completed": 1, "failed": 2, "input_tokens": 0, "output_tokens": 0}
+    assert counts == {"completed": 1, "failed": 2, "input_tokens": 0, "output_tokens": 0, "cached_tokens": 0}
     assert [json.loads(line)["error"] for line in data[output_bytes:].splitlines()] == [
         {"code": "batch_expired", "message": "The batch expired before this request ran."}
     ] * 2

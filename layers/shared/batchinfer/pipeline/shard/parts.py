@@ -16,13 +16,14 @@ from batchinfer.wire.openai import result_line_bytes
 
 
 def tally(counts: dict[str, int], outcome: Outcome, endpoint: Endpoint) -> None:
-    """Add one outcome to `counts` `{completed, failed, input_tokens, output_tokens}`, its tokens as
-    the batch's `endpoint` counts them."""
+    """Add one outcome to `counts` (`COUNTS`: completed, failed, input, output and cached tokens), its
+    tokens as the batch's `endpoint` counts them."""
     if outcome.ok:
         usage = endpoint.usage(outcome.body or {})
         counts["completed"] += 1
         counts["input_tokens"] += usage.input_tokens
         counts["output_tokens"] += usage.output_tokens
+        counts["cached_tokens"] += usage.cached_tokens
     else:
         counts["failed"] += 1
 
@@ -31,7 +32,7 @@ def render(batch_id: str, outcomes: list[Outcome], endpoint: Endpoint) -> tuple[
     """Result lines: successes first, then failures, each in input order; tokens counted by the
     batch's `endpoint`.
 
-    Returns (bytes, length of the success part, counts `{completed, failed, input_tokens, output_tokens}`).
+    Returns (bytes, length of the success part, counts `COUNTS`).
     """
     good, bad = bytearray(), bytearray()
     counts = dict.fromkeys(COUNTS, 0)
@@ -66,7 +67,7 @@ def never_ran(
             body=None,
             error={"code": code, "message": message},
         )
-    return bytes(data), {"completed": 0, "failed": len(requests), "input_tokens": 0, "output_tokens": 0}
+    return bytes(data), {**dict.fromkeys(COUNTS, 0), "failed": len(requests)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,8 @@ def recover_part(batch_id: str, shard_no: int, start: int) -> Recovered | None:
         key = s3.result_key(batch_id, shard_no, start, ids.write_token())
         if not s3.copy(bucket, source, key):
             continue  # its writer deleted it meanwhile
-        counts = {name: int(meta[name.replace("_", "-")]) for name in COUNTS}
+        # A part written before cached tokens were counted has no cached-tokens: 0.
+        counts = {name: int(meta.get(name.replace("_", "-"), 0)) for name in COUNTS}
         part = ResultPart(
             key=key,
             start=start,

@@ -88,7 +88,9 @@ class ProgressLink:
     def publish(self, counts: dict[str, int]) -> Ending | None:
         """Publish `counts` (the window's finished requests); the batch's ending, if it is ending."""
         at = now()
-        progress = LiveProgress(start=self.start, at=at, **{n: max(counts[n], self.floor[n]) for n in COUNTS})
+        progress = LiveProgress(
+            start=self.start, at=at, **{n: max(counts.get(n, 0), self.floor[n]) for n in COUNTS}
+        )
         header = batches.publish_progress(self.batch_id, self.shard_no, progress)
         self.ending = self.ending or ending_of(header, at)
         return self.ending
@@ -96,10 +98,10 @@ class ProgressLink:
     def rest_after(self, counts: dict[str, int], end: int) -> LiveProgress | None:
         """What stays published once `counts` (of requests up to `end`) are committed: the part of the
         floor they do not cover yet (None: nothing), shown until the redo reaches it."""
-        rest = {n: max(0, self.floor[n] - counts[n]) for n in COUNTS}
+        rest = {n: max(0, self.floor[n] - counts.get(n, 0)) for n in COUNTS}
         return LiveProgress(start=end, at=now(), **rest) if any(rest.values()) else None
 
     def committed(self, counts: dict[str, int], end: int) -> None:
         """The commit of `counts` up to `end` went through: the next window starts there."""
-        self.floor = {n: max(0, self.floor[n] - counts[n]) for n in COUNTS}
+        self.floor = {n: max(0, self.floor[n] - counts.get(n, 0)) for n in COUNTS}
         self.start = end

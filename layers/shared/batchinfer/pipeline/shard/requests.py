@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The counts of a run of outcomes (a part's, a window's), also a part's S3 metadata.
-COUNTS = ("completed", "failed", "input_tokens", "output_tokens")
+COUNTS = ("completed", "failed", "input_tokens", "output_tokens", "cached_tokens")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from batchinfer.backends.limiter import AdaptiveLimiter
 from batchinfer.core import ids
 from batchinfer.core.observability import logger
 from batchinfer.endpoints.base import Endpoint
+from batchinfer.pipeline.shard.grouping import grouped_order
 from batchinfer.pipeline.shard.limits import (
     Latency,
     Limited,
@@ -33,6 +34,8 @@ from batchinfer.pipeline.shard.retry import call_backend
 
 # How often the deadline of the requests in flight is looked at (seconds).
 DEADLINE_CHECK_S = 0.05
+# Requests are grouped by their prompt's start within blocks of this many times the concurrency.
+GROUP_BLOCK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +72,9 @@ async def run_requests(
     time_left_ms: Callable[[], int],
     reserve_ms: int,
 ) -> list[Outcome]:
-    """Run requests, launched in input order, at most `concurrency` in flight (`WindowRun` without a
-    link to the batch): the outcomes of the prefix of `requests` that finished, in input order."""
+    """Run requests, launched in input order (sharers of a prompt prefix together), at most
+    `concurrency` in flight (`WindowRun` without a link to the batch): the outcomes of the prefix of
+    `requests` that finished, in input order."""
     window = await WindowRun(
         backend,
         requests,
@@ -85,8 +89,10 @@ async def run_requests(
 
 @dataclass(eq=False)
 class WindowRun:
-    """Run `requests` of batch `batch_id` on `backend`, launched in input order, at most `concurrency`
-    in flight (`run()` -> `Window`; one run per instance).
+    """Run `requests` of batch `batch_id` on `backend`, at most `concurrency` in flight (`run()` ->
+    `Window`; one run per instance), launched in input order but for requests starting with the same
+    prompt text, launched together (`grouping.grouped_order`, in blocks of `GROUP_BLOCK *
+    concurrency`) so that the backend's prefix cache holds their prefix while they run.
 
     How many are really in flight adapts to the backend (`limiter_for`,
     `batchinfer.backends.limiter.AdaptiveLimiter`) between 1 and `concurrency`: cut on 429/503 answers,
@@ -166,9 +172,8 @@ class WindowRun:
         # What is alive now (modules, clients, the shard) outlives this window: the collector need not
         # scan it while requests are in flight (a full collection of it stalls the loop ~70 ms).
         gc.freeze()
-        self.tasks += [
-            asyncio.ensure_future(self._one(index, request)) for index, request in enumerate(self.requests)
-        ]
+        order = grouped_order(self.requests, GROUP_BLOCK * self.concurrency)
+        self.tasks += [asyncio.ensure_future(self._one(index, self.requests[index])) for index in order]
         everything = asyncio.gather(*self.tasks)
         guarding = asyncio.ensure_future(self._guard())
         watcher = asyncio.ensure_future(self._watch(self.link)) if self.link is not None else None

@@ -42,6 +42,7 @@ _COMMIT_METRICS = (
     ("RequestsFailed", "failed"),
     ("InputTokens", "input_tokens"),
     ("OutputTokens", "output_tokens"),
+    ("CachedTokens", "cached_tokens"),
 )
 
 
