@@ -340,6 +340,12 @@ def test_a_running_batch_moves_by_itself_and_is_cancelled(
     assert float(watched.page.locator("#requests-per-second").inner_text()) > 0
     watched.shot("running-batch")
 
+    # When what is done is downloaded while it runs (its one shard may not have committed a part yet)
+    with watched.page.expect_download() as done:
+        watched.page.click("#download-done")
+    assert done.value.suggested_filename == f"{batch_id}_partial_output.jsonl"
+    partial = Path(done.value.path()).read_bytes()
+
     # When it is cancelled, confirmed in the dialog
     watched.page.click("#cancel")
     expect(watched.page.locator("#confirm-cancel")).to_be_visible()
@@ -351,6 +357,10 @@ def test_a_running_batch_moves_by_itself_and_is_cancelled(
     )
     assert http.get(f"/batches/{batch_id}").json()["status"] in ("cancelling", "cancelled")
     expect(watched.page.locator("#status")).to_have_text(re.compile("cancell(ing|ed)"))
+    # ... and what was downloaded while it ran begins its final output, line for line
+    expect(watched.page.locator("#status")).to_have_text("cancelled", timeout=WAIT_MS)
+    final = http.get(f"/files/{http.get(f'/batches/{batch_id}').json()['output_file_id']}/content").content
+    assert final.startswith(partial) and (partial == b"" or partial.endswith(b"\n"))
 
 
 def test_another_account_sees_none_of_these_batches(watched: Watched, http: httpx.Client) -> None:

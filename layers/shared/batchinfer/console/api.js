@@ -62,7 +62,27 @@ export async function json(path, options) {
 
 /** Save file `fileId`'s bytes as `filename`: fetched with the key, handed to the browser as a Blob. */
 export async function download(fileId, filename) {
-  const blob = await (await call(`files/${encodeURIComponent(fileId)}/content`)).blob();
+  save(await (await call(`files/${encodeURIComponent(fileId)}/content`)).blob(), filename);
+}
+
+/**
+ * Save the answers batch `batchId` has committed so far as `filename`: GET /v1/batches/{id}/output read
+ * page after page (`after` from X-Batchinfer-Next-After while X-Batchinfer-More is "true"), in input
+ * order, each line as the final output.jsonl will have it.
+ */
+export async function downloadDone(batchId, filename) {
+  const pages = [];
+  for (let after = 0, more = true; more; ) {
+    const response = await call(`batches/${encodeURIComponent(batchId)}/output?after=${after}`);
+    pages.push(await response.blob());
+    after = Number(response.headers.get("X-Batchinfer-Next-After"));
+    more = response.headers.get("X-Batchinfer-More") === "true";
+  }
+  save(new Blob(pages, { type: "application/jsonl" }), filename);
+}
+
+// Hand `blob` to the browser as a download named `filename` (a link cannot carry the key's header).
+function save(blob, filename) {
   const url = URL.createObjectURL(blob);
   const link = document.createElement("a");
   link.href = url;

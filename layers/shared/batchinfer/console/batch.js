@@ -1,10 +1,12 @@
 // A batch's page: status, timestamps, progress with rates and ETA (read again every REFRESH_MS while the
 // batch runs, stopping when it ends), counts and usage, validation errors, downloads, and Cancel.
-import { download, json } from "./api.js";
+import { download, downloadDone, json } from "./api.js";
 import { h } from "./dom.js";
 import { CANCELLABLE, TERMINAL, duration, progressBar, rate, speed, statusBadge, when } from "./format.js";
 
 const REFRESH_MS = 1000;
+// While these last, the answers committed so far can be read (GET /v1/batches/{id}/output).
+const RUNNING = new Set(["in_progress", "finalizing", "cancelling"]);
 const TIMES = [
   ["Created", "created_at"], ["In progress", "in_progress_at"], ["Finalizing", "finalizing_at"],
   ["Completed", "completed_at"], ["Failed", "failed_at"], ["Expired", "expired_at"],
@@ -92,13 +94,16 @@ function cancelDialog() {
   return dialog;
 }
 
-// The batch's buttons: a download per file it offers (fetched with the key, or its presigned URL), and
-// Cancel while it can be cancelled.
+// The batch's buttons: a download per file it offers (fetched with the key, or its presigned URL), the
+// answers done so far while it runs, and Cancel while it can be cancelled.
 function actionButtons(batch, dialog, fail) {
   const buttons = files(batch).map(([button, label, fileId, url, kind]) =>
     fileId
       ? h("button", { type: "button", id: button, onclick: () => download(fileId, `${batch.id}_${kind}.jsonl`).catch(fail) }, `Download ${label}`)
       : h("a", { id: button, class: "button", href: url, rel: "noreferrer" }, `Download ${label}`));
+  if (RUNNING.has(batch.status)) {
+    buttons.push(h("button", { type: "button", id: "download-done", onclick: () => downloadDone(batch.id, `${batch.id}_partial_output.jsonl`).catch(fail) }, "Download what is done"));
+  }
   if (CANCELLABLE.has(batch.status)) {
     buttons.push(h("button", { type: "button", id: "cancel", class: "danger", onclick: () => dialog.showModal() }, "Cancel batch"));
   }
