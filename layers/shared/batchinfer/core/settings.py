@@ -27,7 +27,10 @@ class Settings(BaseSettings):
     finalize_queue_url: str = ""
     webhook_queue_url: str = Field("", description="webhook deliveries (pipeline.webhooks); '' sends none")
     event_bus_name: str = Field("default", description="the EventBridge bus batch status events go to")
-    webhook_timeout_seconds: float = Field(10.0, gt=0, description="one webhook POST, connect to answer")
+    webhook_timeout_seconds: float = Field(5.0, gt=0, description="one webhook POST, connect to answer")
+    webhook_account_in_flight: int = Field(
+        2, ge=1, description="webhook POSTs of one account in flight at once, in one invocation"
+    )
     # Defaults measured by `make bench` (docs/performance.md), kept equal to template.yaml's.
     shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
     worker_concurrency: int = Field(

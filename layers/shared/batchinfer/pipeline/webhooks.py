@@ -7,11 +7,18 @@ duplicates), `webhook-timestamp` (Unix seconds of this attempt) and `webhook-sig
 (`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the account's secret). A 2xx answer is
 delivered; anything else (an answer, a refused connection, a timeout) fails the message, which
 WebhookQueue delivers again after `backoff_seconds`, then its DLQ.
+
+One invocation delivers its records at once (`Deliveries`): each account has at most
+`Settings.webhook_account_in_flight` POSTs in flight, each POST at most `webhook_timeout_seconds`, and
+none starts that could not end before the invocation's deadline; a record left untried (`Untried`)
+comes back as it is. So a slow or silent receiver delays only its own account's webhooks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import aiohttp
@@ -26,6 +33,8 @@ from batchinfer.wire.webhooks import WebhookData, WebhookEvent
 # WebhookQueue's 5 tries.
 BASE_BACKOFF_SECONDS = 300
 MAX_BACKOFF_SECONDS = 43_200
+# A POST shorter than this is not worth starting: its record is left for the next invocation instead.
+MIN_POST_SECONDS = 0.5
 
 
 class DeliveryFailed(RuntimeError):
@@ -34,6 +43,36 @@ class DeliveryFailed(RuntimeError):
     def __init__(self, url: str, status: int | None, reason: str) -> None:
         super().__init__(f"webhook to {url} failed: {status or reason}")
         self.status = status
+
+
+class Untried(RuntimeError):
+    """The invocation's deadline came before this delivery could start (its account's other POSTs held
+    every slot): nothing was sent, and the message comes back as it is."""
+
+
+@dataclass
+class Deliveries:
+    """The deliveries of one invocation: no POST starts after `deadline` minus its timeout (a
+    `time.monotonic()` value), and at most `per_account` run at once for one account."""
+
+    deadline: float
+    per_account: int
+    timeout: float
+    _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+
+    @classmethod
+    def until(cls, deadline: float) -> Deliveries:
+        """Deliveries ending by `deadline`, with the deployment's timeout and per-account cap."""
+        settings = get_settings()
+        return cls(deadline, settings.webhook_account_in_flight, settings.webhook_timeout_seconds)
+
+    def slot(self, account_id: str) -> asyncio.Semaphore:
+        """The account's in-flight cap (one semaphore per account, made on first use)."""
+        return self._slots.setdefault(account_id, asyncio.Semaphore(self.per_account))
+
+    def seconds_left(self) -> float:
+        """Seconds the next POST may take: its timeout, less near the deadline."""
+        return min(self.timeout, self.deadline - time.monotonic())
 
 
 def backoff_seconds(receive_count: int) -> int:
@@ -53,18 +92,32 @@ def signed_request(event: WebhookEvent, secret: str, at: datetime) -> tuple[byte
     }
 
 
-def deliver(*, batch_id: str, account_id: str, type: str, event_id: str, created_at: int) -> str:
-    """Deliver one webhook event; `delivered`, or `no_webhook` when the account registered none (then
-    nothing is sent, and the event is done).
+async def deliver(
+    deliveries: Deliveries, *, batch_id: str, account_id: str, type: str, event_id: str, created_at: int
+) -> str:
+    """Deliver one webhook event within `deliveries`' limits; `delivered`, or `no_webhook` when the
+    account registered none (then nothing is sent, and the event is done).
 
-    Raises DeliveryFailed: no 2xx answer within `Settings.webhook_timeout_seconds`.
+    Raises DeliveryFailed: no 2xx answer within the POST's timeout. Raises Untried: no slot of the
+    account freed in time for a POST to end before the deadline.
     """
-    account = accounts.get_account(account_id)
+    account = await asyncio.to_thread(accounts.get_account, account_id)
     if not account.webhook_url or not account.webhook_secret:
         return "no_webhook"
     event = WebhookEvent(id=event_id, type=type, created_at=created_at, data=WebhookData(id=batch_id))  # type: ignore[arg-type]
-    body, headers = signed_request(event, account.webhook_secret, datetime.now(UTC))
-    asyncio.run(_post(account.webhook_url, body, headers, get_settings().webhook_timeout_seconds))
+    slot = deliveries.slot(account_id)
+    try:
+        await asyncio.wait_for(slot.acquire(), deliveries.deadline - time.monotonic() - MIN_POST_SECONDS)
+    except TimeoutError as error:
+        raise Untried(f"no slot for account {account_id} before the deadline") from error
+    try:
+        seconds = deliveries.seconds_left()
+        if seconds < MIN_POST_SECONDS:
+            raise Untried(f"{seconds:.1f} s left before the deadline")
+        body, headers = signed_request(event, account.webhook_secret, datetime.now(UTC))
+        await _post(account.webhook_url, body, headers, seconds)
+    finally:
+        slot.release()
     return "delivered"
 
 
