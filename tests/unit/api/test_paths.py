@@ -19,6 +19,8 @@ from batchinfer.wire.bearer import bearer_token
         ("s3://bucket-1/results", "s3", True, Location("s3", "bucket-1", "results/")),
         ("s3://bucket-1/results/", "s3", True, Location("s3", "bucket-1", "results/")),
         ("s3://bucket-1", "s3", True, Location("s3", "bucket-1", "")),
+        ("s3://bucket-1/" + "k" * 980, "s3", True, Location("s3", "bucket-1", "k" * 980 + "/")),
+        ("s3://bucket-1/a..b/c.jsonl", "s3", False, Location("s3", "bucket-1", "a..b/c.jsonl")),
         (
             "cos://data-1250000000.ap-guangzhou/in.jsonl",
             "cos",
@@ -77,6 +79,11 @@ def test_valid_paths(uri: str, scheme: str, prefix: bool, expected: Location) ->
             "'data.1250000000.ap'",
         ),
         ("s3://bucket/" + "k" * 1025, "s3", False, "the key is longer than 1024 bytes"),
+        # `<prefix><batch id>/output.jsonl` must fit in 1024 bytes: 43 are the batch's
+        ("s3://bucket/" + "k" * 981, "s3", True, "the key is longer than 981 bytes (an output prefix)"),
+        ("s3://bucket/a/../b.jsonl", "s3", False, "the key has a '.' or '..' segment"),
+        ("s3://bucket/../other", "s3", True, "the key has a '.' or '..' segment"),
+        ("cos://data-1250000000.ap-guangzhou/a/./b.jsonl", "cos", False, "the key has a '.' or '..' segment"),
     ],
 )
 def test_invalid_paths_say_why(uri: str, scheme: str, prefix: bool, message: str) -> None:
