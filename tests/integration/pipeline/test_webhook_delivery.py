@@ -4,6 +4,7 @@ a slow or silent receiver delays only its own account's webhooks, and nothing is
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +13,9 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
+from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts
 from batchinfer.wire.webhooks import event_id
 from batchinfer_local.functions import load_handler
@@ -135,3 +138,36 @@ def test_a_slow_and_a_silent_receiver_delay_only_their_own_account(
     assert len(slow.arrivals) == 4
     # And no event reached a receiver twice
     assert len({webhook_id for webhook_id, _ in slow.arrivals}) == 4
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "hooks.rebound.example"])
+def test_a_webhook_to_a_loopback_address_is_refused_unless_told_and_logged_without_its_query(
+    moto_aws: Aws,
+    receivers: tuple[Receiver, Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    host: str,
+) -> None:
+    # Given an account whose URL is a loopback address, or a name that resolved to a public address when
+    # it was registered and resolves to loopback now (DNS rebinding)
+    _, instant = receivers
+    real_getaddrinfo = socket.getaddrinfo
+
+    def rebound(name: Any, *args: Any, **kwargs: Any) -> Any:
+        return real_getaddrinfo("127.0.0.1" if name == "hooks.rebound.example" else name, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebound)
+    monkeypatch.setenv("WEBHOOK_ALLOW_LOOPBACK", "true")  # only to register it
+    get_settings.cache_clear()
+    accounts.set_webhook("tenant-b", instant.url.replace("127.0.0.1", host))
+    monkeypatch.delenv("WEBHOOK_ALLOW_LOOPBACK")
+    get_settings.cache_clear()
+    event = received_event(moto_aws, [message("tenant-b", "instant_0")])
+    # When the function delivers it: its only record fails (Powertools raises for a batch that all failed)
+    with pytest.raises(BatchProcessingError, match="All records failed"):
+        moto_aws.invoke("WebhookFunction", event)
+    # Then nothing reached the receiver, and the log shows no query
+    assert instant.arrivals == []
+    [error] = [r.__dict__["error"] for r in caplog.records if r.getMessage() == "webhook failed"]
+    assert error.startswith("webhook to http://") and "/hook failed: " in error
+    assert "token=secret" not in caplog.text + error

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     webhook_queue_url: str = Field("", description="webhook deliveries (pipeline.webhooks); '' sends none")
     event_bus_name: str = Field("default", description="the EventBridge bus batch status events go to")
     webhook_timeout_seconds: float = Field(5.0, gt=0, description="one webhook POST, connect to answer")
+    webhook_allow_loopback: bool = Field(
+        False, description="webhooks may go to loopback addresses (a local stack's receivers); never deployed"
+    )
     webhook_account_in_flight: int = Field(
         2, ge=1, description="webhook POSTs of one account in flight at once, in one invocation"
     )

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from boto3.dynamodb.conditions import Key
 from pydantic import BaseModel, Field
 
+from batchinfer.core.netguard import check_url, safe_url
 from batchinfer.core.settings import get_settings
 from batchinfer.data import keys
 from batchinfer.data.items import Account, ApiKey, KeyPointer
@@ -270,7 +271,8 @@ def set_webhook(account_id: str, url: str | None, *, table: Table | None = None)
     stored in the account's settings item, unlike API keys: signing needs the secret itself, not a
     hash; the table is encrypted at rest and only WebhookFunction reads it (Secrets Manager would cost
     a secret per account and a call per delivery for no stronger isolation than the table's).
-    Raises ValueError unless `url` is an absolute http(s) URL with a host.
+    Raises ValueError unless `url` is an absolute http(s) URL with a host that is not an address only
+    the deployment should reach (`core.netguard.check_url`; delivery checks resolved names again).
     """
     ensure_account(account_id, table=table)
     if url is None:
@@ -280,7 +282,8 @@ def set_webhook(account_id: str, url: str | None, *, table: Table | None = None)
         return None
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"webhook URL must be an absolute http(s) URL, got {url!r}")
+        raise ValueError(f"webhook URL must be an absolute http(s) URL, got {safe_url(url)!r}")
+    check_url(url, allow_loopback=get_settings().webhook_allow_loopback)
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
     expression, names, values = assignments({"webhook_url": url, "webhook_secret": secret})
     handle(table).update_item(

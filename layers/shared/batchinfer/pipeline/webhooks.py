@@ -12,18 +12,27 @@ One invocation delivers its records at once (`Deliveries`): each account has at 
 `Settings.webhook_account_in_flight` POSTs in flight, each POST at most `webhook_timeout_seconds`, and
 none starts that could not end before the invocation's deadline; a record left untried (`Untried`)
 comes back as it is. So a slow or silent receiver delays only its own account's webhooks.
+
+A POST goes only to a public address (`core.netguard`), checked on the addresses the host resolves
+to when connecting (`GuardedResolver`); redirects are not followed; logs and errors show the URL
+without its query or credentials.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 from standardwebhooks import Webhook
 
+from batchinfer.core.netguard import ForbiddenAddress, check_url, forbidden, safe_url
 from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts
 from batchinfer.wire.webhooks import WebhookData, WebhookEvent
@@ -41,7 +50,7 @@ class DeliveryFailed(RuntimeError):
     """The receiver did not answer 2xx (`status` None: no answer at all)."""
 
     def __init__(self, url: str, status: int | None, reason: str) -> None:
-        super().__init__(f"webhook to {url} failed: {status or reason}")
+        super().__init__(f"webhook to {safe_url(url)} failed: {status or reason}")
         self.status = status
 
 
@@ -121,10 +130,42 @@ async def deliver(
     return "delivered"
 
 
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver, refusing a name any of whose addresses is not public (`OSError`, which
+    aiohttp raises as a `ClientConnectorError`): a connection only ever goes to a checked address."""
+
+    def __init__(self, *, allow_loopback: bool = False) -> None:
+        self._resolver = DefaultResolver()
+        self._allow_loopback = allow_loopback
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """The addresses of `host`; raises OSError when one of them is forbidden."""
+        found = await self._resolver.resolve(host, port, family)
+        if any(
+            forbidden(ipaddress.ip_address(r["host"]), allow_loopback=self._allow_loopback) for r in found
+        ):
+            raise OSError(f"webhook host {host} resolves to an address that is not public")
+        return found
+
+    async def close(self) -> None:
+        """Close the wrapped resolver."""
+        await self._resolver.close()
+
+
 async def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    allow_loopback = get_settings().webhook_allow_loopback
+    try:
+        check_url(url, allow_loopback=allow_loopback)
+    except ForbiddenAddress as error:
+        raise DeliveryFailed(url, None, str(error)) from None
+    connector = aiohttp.TCPConnector(resolver=GuardedResolver(allow_loopback=allow_loopback))
     try:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as session,
             session.post(url, data=body, headers=headers, allow_redirects=False) as response,
         ):
             if not 200 <= response.status < 300:
