@@ -50,8 +50,8 @@ class Settings(BaseSettings):
         0.8,
         gt=0,
         le=1,
-        description="the fraction of MAX_SHARD_WORKERS one account's shards may run at once, on all models together "
-        "(so one account cannot hold every worker; `account_shard_slots`)",
+        description="the fraction of MAX_SHARD_WORKERS one account's shards may run at once, on all models "
+        "together (so one account cannot hold every worker; `account_shard_slots`)",
     )
     max_requests_per_file: int = Field(50_000, ge=1)
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
