@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from batchinfer.api.errors import documented
-from batchinfer.data.accounts import hash_key, new_secret
+from batchinfer.data.accounts import authenticate, hash_key, new_secret
 from batchinfer.data.items import Account
 from batchinfer.data.locations import InvalidPath, Location, located, parse
-from batchinfer.wire.bearer import bearer_token
+from batchinfer.wire.bearer import bearer_token, well_formed
 
 
 @pytest.mark.parametrize(
@@ -130,6 +132,26 @@ def test_allowlist_keeps_s3_and_cos_apart() -> None:
 )
 def test_bearer_token(headers: dict[str, str], token: str | None) -> None:
     assert bearer_token(headers) == token
+
+
+class NoReads:
+    """A table any use of which fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the table was used: {name}")
+
+
+@pytest.mark.parametrize("token", ["sk bad", "sk-bi-" + "a" * 300, "sk-bi-\u00e9", "a;b", "sk===", "\x00"])
+def test_a_malformed_token_is_refused_before_any_table_read(token: str) -> None:
+    assert authenticate(token, table=NoReads()) is None  # type: ignore[arg-type]
+
+
+def test_well_formed_tokens_are_the_keys_rfc_6750_allows() -> None:
+    assert [well_formed(t) for t in (new_secret(), "sk-bi-sample-key-for-sam-local-invoke", "a/b+c==")] == [
+        True,
+        True,
+        True,
+    ]
 
 
 def test_keys_are_random_and_stored_as_sha256() -> None:

@@ -36,6 +36,7 @@ from batchinfer.data.table import (
     retry_conflicts,
     transact,
 )
+from batchinfer.wire.bearer import well_formed
 
 KEY_PREFIX = "sk-bi-"
 # An active-batch limit frees up when some batch ends; there is no telling when, so suggest a poll.
@@ -193,8 +194,9 @@ def list_keys(account_id: str, *, table: Table | None = None) -> list[ApiKey]:
 
 
 def authenticate(secret: str | None, *, table: Table | None = None) -> ApiKey | None:
-    """The live key whose secret is `secret`, or None (missing, unknown or revoked)."""
-    if not secret:
+    """The live key whose secret is `secret`, or None (missing, malformed, unknown or revoked). A
+    malformed token (not RFC 6750's b64token, or too long) is refused before any table read."""
+    if not secret or not well_formed(secret):
         return None
     key = _key(handle(table), hash_key(secret))
     if key is None or key.revoked_at is not None:
