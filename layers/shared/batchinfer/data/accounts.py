@@ -222,6 +222,18 @@ def get_account(account_id: str, *, table: Table | None = None) -> Account:
     return Account.model_validate(item) if item else Account(account_id=account_id)
 
 
+def _allowlist_entry(ref: str) -> str:
+    """`ref` as stored on an allowlist: `scheme://name`, or `scheme://name/prefix/`."""
+    scheme, sep, path = ref.partition("://")
+    name, _, prefix = path.partition("/")
+    segments = prefix.rstrip("/").split("/") if prefix else []
+    if scheme not in ("s3", "cos") or not sep or not name or "*" in ref or {"", ".", ".."} & set(segments):
+        raise ValueError(
+            f"bucket must be 's3://name', 'cos://name' or 's3://name/prefix' (no '*'), got {ref!r}"
+        )
+    return f"{scheme}://{name}/{'/'.join(segments)}/" if segments else f"{scheme}://{name}"
+
+
 def configure_account(
     account_id: str,
     *,
@@ -233,16 +245,14 @@ def configure_account(
 ) -> Account:
     """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged).
 
-    Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart).
-    Raises ValueError for a malformed bucket reference or a limit below 1.
+    Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart), or
+    `s3://name/prefix` for only the keys under `prefix/` (stored with its trailing `/`), so that
+    accounts sharing a bucket each keep to their own prefix.
+    Raises ValueError for a malformed bucket reference (a `*` included: no wildcards) or a limit below 1.
     """
     sets: dict[str, Any] = {}
     if allowed_buckets is not None:
-        for ref in allowed_buckets:
-            scheme, sep, name = ref.partition("://")
-            if scheme not in ("s3", "cos") or not sep or not name or "/" in name:
-                raise ValueError(f"bucket must be 's3://name' or 'cos://name', got {ref!r}")
-        sets["allowed_buckets"] = sorted(set(allowed_buckets))
+        sets["allowed_buckets"] = sorted({_allowlist_entry(ref) for ref in allowed_buckets})
     for field, value in (
         ("max_active_batches", max_active_batches),
         ("max_creates_per_minute", max_creates_per_minute),
