@@ -323,21 +323,34 @@ class _RequestHandler(WSGIRequestHandler):
         log.debug("http: " + message, *args)
 
 
+class BodyTooLarge(Exception):
+    """A request body over `MAX_REQUEST_BYTES` (declared, or read so far): the rest is never read."""
+
+
 def _framed_body(request: Request, headers: list[tuple[str, str]]) -> bytes:
-    """The request body, chunked (werkzeug decodes it) or of its Content-Length.
+    """The request body, chunked (werkzeug decodes it) or of its Content-Length, read only up to the
+    API's limit: a body is never held whole in memory before its size is known.
 
     Raises:
         ValueError: a Content-Length that is not 1*DIGIT, or two that differ (RFC 9110 8.6: a request
             smuggling attempt), or a malformed chunk; where the request ends is then unknown.
+        BodyTooLarge: a Content-Length over `MAX_REQUEST_BYTES` (nothing read), or a chunked body
+            that grew past it.
     """
     values = {value.strip() for name, value in headers if name.lower() == "content-length"}
     chunked = request.headers.get("Transfer-Encoding", "").lower() == "chunked"
-    if values and not chunked and (len(values) > 1 or not re.fullmatch(r"[0-9]+", next(iter(values)))):
-        raise ValueError(f"invalid Content-Length {sorted(values)}")
+    if values and not chunked:
+        if len(values) > 1 or not re.fullmatch(r"[0-9]+", next(iter(values))):
+            raise ValueError(f"invalid Content-Length {sorted(values)}")
+        if int(next(iter(values))) > MAX_REQUEST_BYTES:
+            raise BodyTooLarge
     try:
-        return request.get_data(cache=False)
+        body = request.stream.read(MAX_REQUEST_BYTES + 1)
     except OSError as error:  # werkzeug's DechunkedInput: a chunk size that is not hexadecimal
         raise ValueError(str(error)) from error
+    if len(body) > MAX_REQUEST_BYTES:
+        raise BodyTooLarge
+    return body
 
 
 class _Response(Response):
@@ -435,6 +448,8 @@ class HttpApiServer:
             body = _framed_body(request, headers)
         except ValueError:
             response = BAD_REQUEST
+        except BodyTooLarge:  # as `respond` answers: no route is a 404 whatever the size
+            response = TOO_LARGE if self.router.find(method, urlsplit(target).path or "/") else NOT_FOUND
         else:
             try:
                 response = self.respond(method, target, headers, body, request.remote_addr or "")

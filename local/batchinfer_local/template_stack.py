@@ -66,6 +66,7 @@ PASSED_THROUGH = (
     "POWERTOOLS_LOGGER_LOG_EVENT",
     "OMP_WAIT_POLICY",
     "GOMP_SPINCOUNT",
+    "WEBHOOK_ALLOW_LOOPBACK",  # webhooks to this machine's receivers, only when told (core.netguard)
 )
 
 # moto's backends and os.environ are process-wide: one running stack per process.

@@ -260,7 +260,7 @@ def test_keys_and_accounts_on_the_local_stack_need_no_aws_credentials(
     assert cli.main(["accounts", "show", "cli-local", "--local", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["account_id"] == "cli-local"
     # A webhook URL: its signing secret is printed once, then never shown again
-    url = "http://127.0.0.1:9/hooks"
+    url = "https://hooks.example.com/hooks"  # registration refuses private and loopback hosts
     assert cli.main(["accounts", "set", "cli-local", "--webhook-url", url, "--local", "--json"]) == 0
     configured = json.loads(capsys.readouterr().out)
     assert configured["webhook_url"] == url and configured["webhook_secret"].startswith("whsec_")

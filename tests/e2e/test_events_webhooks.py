@@ -77,19 +77,24 @@ class Receiver:
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, HoldableUpstream, str]]:
-    with stack_with_upstream(tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "2"}) as (
-        stack,
-        upstream,
-    ):
-        # What a user does to route the events: a rule on the default bus with a queue as its target.
-        queue_url = stack.sqs.create_queue(QueueName="batch-events")["QueueUrl"]
-        arn = stack.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        events = stack.client("events")
-        events.put_rule(Name=RULE, EventPattern=json.dumps({"source": ["batchinfer"]}))
-        events.put_targets(Rule=RULE, Targets=[{"Id": "queue", "Arn": arn}])
-        yield stack, upstream, queue_url
+    # The receivers are on loopback, which webhooks reach only when the stack is told so.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WEBHOOK_ALLOW_LOOPBACK", "true")
+        with stack_with_upstream(
+            tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "2"}
+        ) as (
+            stack,
+            upstream,
+        ):
+            # What a user does to route the events: a rule on the default bus with a queue as its target.
+            queue_url = stack.sqs.create_queue(QueueName="batch-events")["QueueUrl"]
+            arn = stack.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+                "Attributes"
+            ]["QueueArn"]
+            events = stack.client("events")
+            events.put_rule(Name=RULE, EventPattern=json.dumps({"source": ["batchinfer"]}))
+            events.put_targets(Rule=RULE, Targets=[{"Id": "queue", "Arn": arn}])
+            yield stack, upstream, queue_url
 
 
 def _events(stack: LocalStack, queue_url: str, batch_id: str, until: str) -> list[dict[str, Any]]:

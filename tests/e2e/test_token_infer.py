@@ -554,7 +554,7 @@ def test_id_and_output_name_are_echoed(http: httpx.Client) -> None:
 
 
 def test_health_and_metadata_routes(stack: LocalStack) -> None:
-    http = httpx.Client(base_url=stack.base_url, timeout=60)  # no key: these routes are open
+    http = httpx.Client(base_url=stack.base_url, timeout=60)  # no key: health and metadata are open
     assert http.get("/v2").json() == {"name": "batchinfer", "version": "0.1.0", "extensions": []}
     assert http.get("/v2/health/live").json() == {"live": True}
     assert http.get("/v2/health/ready").json() == {"ready": True}
@@ -564,7 +564,9 @@ def test_health_and_metadata_routes(stack: LocalStack) -> None:
         "inputs": [{"name": "input0", "datatype": "UINT32", "shape": [1, -1]}],
         "outputs": [{"name": "output0", "datatype": "UINT32", "shape": [1, -1]}],
     }
-    ready = http.get(f"/v2/models/{MODEL}/ready")
+    # Readiness loads the model: it takes a key
+    assert http.get(f"/v2/models/{MODEL}/ready").status_code == 401
+    ready = http.get(f"/v2/models/{MODEL}/ready", headers={"Authorization": f"Bearer {stack.api_key}"})
     assert (ready.status_code, ready.json()) == (200, {"name": MODEL, "ready": True})
 
 

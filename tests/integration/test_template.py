@@ -397,3 +397,25 @@ def test_status_events_read_the_batch_table_stream_for_header_writes_only() -> N
         "eventName": ["INSERT", "MODIFY"],
         "dynamodb": {"Keys": {"PK": {"S": [{"prefix": "BATCH#"}]}, "SK": {"S": ["META"]}}},
     }
+
+
+def test_a_flood_of_api_requests_cannot_take_the_pipeline_s_concurrency() -> None:
+    # The HTTP API throttles every route, and the API and the pipeline's busy functions reserve their
+    # concurrency: the API at most its own, the pipeline's always available.
+    assert RESOURCES["HttpApi"]["Properties"]["DefaultRouteSettings"] == {
+        "ThrottlingRateLimit": {"Ref": "ApiThrottleRate"},
+        "ThrottlingBurstLimit": {"Ref": "ApiThrottleBurst"},
+    }
+    reserved = {f: RESOURCES[f]["Properties"].get("ReservedConcurrentExecutions") for f in FUNCTIONS}
+    assert {f: n for f, n in reserved.items() if n is not None} == {
+        "ApiFunction": {"Ref": "ApiConcurrency"},
+        "PrepareFunction": 5,
+        "ShardWorkerFunction": {"Ref": "MaxShardWorkers"},
+        "AggregatorFunction": 5,
+        "TokenInferFunction": {"Ref": "TokenInferConcurrency"},
+        "SweeperFunction": 1,
+    }
+    # Each reservation of a queue consumer is what its event source may run
+    for function, _, properties in sqs_sources():
+        if function in ("PrepareFunction", "ShardWorkerFunction", "AggregatorFunction"):
+            assert properties["ScalingConfig"]["MaximumConcurrency"] == reserved[function]

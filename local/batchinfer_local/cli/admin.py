@@ -53,7 +53,7 @@ def register(commands: Commands) -> None:
     configure.add_argument(
         "--allow-bucket",
         action="append",
-        metavar="s3://NAME|cos://NAME",
+        metavar="s3://NAME[/PREFIX]|cos://NAME[/PREFIX]",
         help="replace the bucket allowlist (repeat for several)",
     )
     configure.add_argument("--max-active-batches", type=int)

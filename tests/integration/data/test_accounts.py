@@ -150,10 +150,23 @@ def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Non
         update={"max_creates_per_minute": 9}
     )
     assert accounts.ensure_account("new") is False
-    with pytest.raises(ValueError, match="bucket must be 's3://name' or 'cos://name', got 'b-1'"):
+    with pytest.raises(ValueError, match=r"bucket must be 's3://name', 'cos://name' or .*, got 'b-1'"):
         accounts.configure_account("new", allowed_buckets=["b-1"])
     with pytest.raises(ValueError, match="max_creates_per_minute must be at least 1, got 0"):
         accounts.configure_account("new", max_creates_per_minute=0)
+
+
+def test_an_allowlist_entry_may_be_a_bucket_s_prefix_never_a_wildcard(moto_aws: Aws) -> None:
+    configured = accounts.configure_account("new", allowed_buckets=["s3://shared/team-a", "s3://own/"])
+    assert configured.allowed_buckets == ["s3://own", "s3://shared/team-a/"]
+    assert configured.allows_key("s3://shared", "team-a/in.jsonl")
+    assert not configured.allows_key("s3://shared", "team-b/in.jsonl")
+    assert not configured.allows_key("s3://shared", "team-ab/in.jsonl")
+    assert not configured.allows_key("s3://shared", "")  # the bucket's root: not under the prefix
+    assert configured.allows_key("s3://own", "any/key.jsonl")
+    for wild in ("s3://*", "s3://batchinfer-user-*", "s3://shared/a/../b", "s3://shared//x"):
+        with pytest.raises(ValueError, match="no '\\*'"):
+            accounts.configure_account("new", allowed_buckets=[wild])
 
 
 def test_batch_limits_are_the_accounts_own_else_the_deployments(
@@ -221,11 +234,20 @@ def test_a_webhook_url_gets_a_new_signing_secret_each_time_it_is_set(moto_aws: A
     stored = accounts.get_account("hooked")
     assert (stored.webhook_url, stored.webhook_secret) == ("https://example.com/hooks", first)
     assert "whsec_" not in repr(stored)  # never in a log line of the account
-    second = accounts.set_webhook("hooked", "http://127.0.0.1:9/other")
+    second = accounts.set_webhook("hooked", "http://hooks.example.com:9/other")
     assert second != first and accounts.get_account("hooked").webhook_secret == second
     assert accounts.set_webhook("hooked", None) is None
     removed = accounts.get_account("hooked")
     assert (removed.webhook_url, removed.webhook_secret) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest", "http://10.0.0.1/h", "http://localhost:9/h"]
+)
+def test_a_webhook_url_to_a_private_address_is_refused(moto_aws: Aws, url: str) -> None:
+    with pytest.raises(ValueError, match=r"is not a public address|is loopback"):
+        accounts.set_webhook("hooked", url)
+    assert accounts.get_account("hooked").webhook_url is None
 
 
 @pytest.mark.parametrize("url", ["example.com/hooks", "ftp://example.com/x", "https://", ""])

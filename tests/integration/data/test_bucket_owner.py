@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import pytest
+from botocore.exceptions import ClientError
 
 from batchinfer.core import aws
 from batchinfer.data import locations, s3
@@ -46,7 +48,27 @@ def test_every_call_to_a_user_bucket_names_the_deployments_account(moto_aws: Aws
         "HeadObject",
         "HeadBucket",
         "GetObject",
+        "HeadBucket",  # the presigned URL's owner check
         "DeleteObject",
     ]
     assert {owner for _, owner in sent} == {"123456789012"}
     assert "expected-bucket-owner" not in url
+
+
+def test_a_presigned_url_of_a_user_bucket_is_made_only_for_the_deployments_own_bucket(moto_aws: Aws) -> None:
+    # Given a user bucket that another account took over (S3 answers 403 to the owner check)
+    boto3.client("s3").create_bucket(Bucket=USER)
+    sent: list[tuple[str, str | None]] = []
+
+    def taken(model: Any, params: dict[str, Any], **_: Any) -> None:
+        sent.append((model.name, params["headers"].get("x-amz-expected-bucket-owner")))
+        raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, model.name)
+
+    aws.client("s3").meta.events.register("before-call.s3", taken)
+    # When a download URL of its results is asked for: refused, after one HeadBucket naming the account
+    with pytest.raises(locations.Unavailable, match="cannot be used"):
+        s3.presigned_get(USER, "results/b/output.jsonl", where="")
+    assert sent == [("HeadBucket", "123456789012")]
+    # And the service's own bucket needs no check
+    assert s3.presigned_get(moto_aws.bucket, "files/x", where="").startswith("https://")
+    assert sent == [("HeadBucket", "123456789012")]

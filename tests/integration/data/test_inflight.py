@@ -75,16 +75,15 @@ def test_holding_gives_the_slot_back_whatever_the_block_raised(moto_aws: Aws) ->
     assert "Item" not in aws.table().get_item(Key=keys.infer_slot("acct", 0))
 
 
-def test_shard_slots_are_one_set_per_account_and_model(moto_aws: Aws) -> None:
-    # Given account a's one shard slot on a model whose name extends m's taken
-    assert inflight.acquire(keys.shard_slots("a", "m#x"), limit=1, owner="w1", lease_s=30) == 0
-    # Then a's one slot on m is free, and once taken bounds a's shards on m only
-    assert inflight.acquire(keys.shard_slots("a", "m"), limit=1, owner="w2", lease_s=30) == 0
+def test_shard_slots_are_one_set_per_account(moto_aws: Aws) -> None:
+    # Given account a's one shard slot taken
+    assert inflight.acquire(keys.shard_slots("a"), limit=1, owner="w1", lease_s=30) == 0
+    # Then a has none left (whatever the model), while b's and a's /v2 slots are apart
     with pytest.raises(inflight.NoSlot):
-        inflight.acquire(keys.shard_slots("a", "m"), limit=1, owner="w3", lease_s=30)
-    assert inflight.acquire(keys.shard_slots("b", "m"), limit=1, owner="w4", lease_s=30) == 0
+        inflight.acquire(keys.shard_slots("a"), limit=1, owner="w2", lease_s=30)
+    assert inflight.acquire(keys.shard_slots("b"), limit=1, owner="w3", lease_s=30) == 0
     assert inflight.acquire(keys.infer_slots("a"), limit=1, owner="r1", lease_s=30) == 0
-    assert keys.shard_slots("a", "m").key(0) == {"PK": "ACCOUNT#a", "SK": "SHARDS#m#0000"}
+    assert keys.shard_slots("a").key(0) == {"PK": "ACCOUNT#a", "SK": "WORKERS#0000"}
 
 
 def test_taking_a_slot_reads_the_slots_once_whatever_the_limit(moto_aws: Aws) -> None:

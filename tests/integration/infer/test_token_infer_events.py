@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from batchinfer.data import accounts
+from batchinfer.core.settings import get_settings
+from batchinfer.data import accounts, inflight, keys
 from support.moto_env import Aws, load_event
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
@@ -42,6 +43,30 @@ def test_an_id_outside_the_vocabulary_is_a_400(moto_aws: Aws) -> None:
             )
         },
     )
+
+
+def test_model_ready_loads_nothing_without_a_key(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the readiness event without its key, and a backend that must not be touched
+    event = load_event("token-infer-model-ready.json")
+    del event["headers"]["authorization"]
+    monkeypatch.setattr("batchinfer.infer.app.model_limits", lambda backend: pytest.fail("model loaded"))
+    response = moto_aws.invoke("TokenInferFunction", event)
+    assert (response["statusCode"], json.loads(response["body"])) == (
+        401,
+        {"error": "no API key: send it as 'Authorization: Bearer YOUR_KEY'"},
+    )
+
+
+def test_model_ready_waits_for_a_slot_of_the_account_s_share(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the account's one /v2 slot held by another request
+    monkeypatch.setenv("MAX_INFER_IN_FLIGHT", "1")
+    get_settings.cache_clear()
+    assert inflight.acquire(keys.infer_slots("default"), limit=1, owner="other", lease_s=60) == 0
+    monkeypatch.setattr("batchinfer.infer.app.model_limits", lambda backend: pytest.fail("model loaded"))
+    response = moto_aws.invoke("TokenInferFunction", load_event("token-infer-model-ready.json"))
+    assert (response["statusCode"], response["headers"].get("Retry-After")) == (429, "1")
 
 
 def test_model_ready(moto_aws: Aws) -> None:

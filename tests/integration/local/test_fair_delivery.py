@@ -95,7 +95,7 @@ def test_a_small_accounts_batch_overtakes_the_backlog_of_a_big_one(tmp_path: Pat
 
 
 def test_an_accounts_third_shard_waits_while_another_accounts_shard_runs(tmp_path: Path) -> None:
-    # Three shard workers, two of them at most for one account's shards on one model (0.67 x 3)
+    # Three shard workers, two of them at most for one account's shards (0.67 x 3)
     overrides = {"ShardSize": "1", "MaxShardWorkers": "3", "AccountShardShare": "0.67"}
     with stack_with_upstream(tmp_path, parameter_overrides=overrides) as (stack, upstream):
         # Given account A's batch of three one-line shards, each request waiting at the model for a

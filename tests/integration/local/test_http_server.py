@@ -125,6 +125,31 @@ def test_framing_that_is_not_a_number_is_a_400_that_closes(
     assert function.events == []
 
 
+@pytest.mark.parametrize(("path", "status"), [(b"/v1/files", 413), (b"/nowhere", 404)])
+def test_a_body_declared_over_the_limit_is_refused_before_it_is_read(
+    api: tuple[HttpApiServer, Recorder], path: bytes, status: int
+) -> None:
+    server, function = api
+    # Given a request declaring 200 MiB of which it sends only a few bytes (the rest never comes)
+    head = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 209715200\r\n\r\n"
+
+    # Then the answer comes at once (the raw client times out after 10 s): nothing waits for the body
+    answered, _, _ = raw(server, head + b"zz")
+
+    assert (answered, function.events) == (status, [])
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_read_no_further(api: tuple[HttpApiServer, Recorder]) -> None:
+    server, function = api
+    chunk = b"%x\r\n" % (1024 * 1024) + b"a" * (1024 * 1024) + b"\r\n"
+    head = b"POST /v1/files HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    # 10 MiB and 100 bytes, no last chunk: it is never needed
+    answered, _, _ = raw(server, head + chunk * 10 + b"64\r\n" + b"a" * 100 + b"\r\n")
+
+    assert (answered, function.events) == (413, [])
+
+
 def test_the_functions_response_goes_back_without_a_content_type_it_did_not_set(
     api: tuple[HttpApiServer, Recorder],
 ) -> None:

@@ -70,7 +70,7 @@ def test_a_shard_that_finds_no_slot_waits_counting_nothing_and_then_completes(
     # concurrent workers themselves run in the local stack's test, tests/integration/local)
     a = prepared(moto_aws, text("Say a0.", "Say a1.", "Say a2."), monkeypatch, shard_size=1, account_id="A")
     b = prepared(moto_aws, text("Say b0."), monkeypatch, shard_size=1, account_id="B")
-    slots = keys.shard_slots("A", SCRIPTED)
+    slots = keys.shard_slots("A")
     held = [inflight.acquire(slots, limit=2, owner=f"env{n}", lease_s=60) for n in (1, 2)]
 
     # When A's third shard is delivered: it waits, counting nothing, and never calls the model

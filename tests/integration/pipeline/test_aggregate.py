@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from batchinfer.core import chaos, ids
 from batchinfer.data import batches, files, s3, shards
@@ -311,3 +311,50 @@ def test_results_that_cannot_be_written_end_the_batch_failed_after_bounded_attem
     ]
     assert header.request_counts.model_dump() == {"total": 3, "completed": 3, "failed": 0}
     assert aggregate.finalize_batch(batch_id) == "skipped"
+
+
+def test_an_output_endpoint_that_cannot_be_reached_ends_the_batch_failed_after_bounded_attempts(
+    moto_aws: Aws, upstream: HoldableUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch that ran, whose output endpoint is gone (no connection at all: a BotoCoreError)
+    monkeypatch.setenv("MAX_FINALIZE_ATTEMPTS", "2")
+    batch_id = prepared(moto_aws, lines("a", "b", "c"), monkeypatch, output_prefix="out/")
+    assert [run_shard(batch_id, n) for n in (0, 1)] == ["done", "done"]
+
+    def unreachable(bucket: str, key: str, chunks: Iterator[bytes], **_: Any) -> int:
+        next(iter(chunks))  # the parts are read: only the write fails
+        raise EndpointConnectionError(endpoint_url="https://cos.gone.example.com")
+
+    monkeypatch.setattr(aggregate.s3, "upload_stream", unreachable)
+    # When the aggregator tries twice
+    with pytest.raises(EndpointConnectionError):
+        aggregate.finalize_batch(batch_id)
+    assert aggregate.finalize_batch(batch_id) == "failed"
+    # Then the batch ended failed, saying why
+    [entry] = batches.get(batch_id).errors.data
+    assert (entry.code, "in 2 attempts (EndpointConnectionError)" in entry.message) == (
+        "output_write_failed",
+        True,
+    )
+
+
+def test_a_network_failure_reading_the_batch_s_own_parts_is_not_counted(
+    moto_aws: Aws, upstream: HoldableUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch that ran, whose parts cannot be read for now
+    monkeypatch.setenv("MAX_FINALIZE_ATTEMPTS", "1")
+    batch_id = prepared(moto_aws, lines("a", "b", "c"), monkeypatch)
+    assert [run_shard(batch_id, n) for n in (0, 1)] == ["done", "done"]
+    read = s3.iter_ranges
+
+    def flaky(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+        raise EndpointConnectionError(endpoint_url="https://s3.us-east-1.amazonaws.com")
+        yield b""
+
+    # When the aggregator runs: it fails without counting, then succeeds once reads work again
+    monkeypatch.setattr(aggregate.s3, "iter_ranges", flaky)
+    with pytest.raises(aggregate.SourceUnreadable):
+        aggregate.finalize_batch(batch_id)
+    assert batches.get(batch_id).status == "finalizing"
+    monkeypatch.setattr(aggregate.s3, "iter_ranges", read)
+    assert aggregate.finalize_batch(batch_id) == "completed"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from batchinfer.core.settings import get_settings
-from batchinfer.data import batches, s3, shards, sqs
+from batchinfer.data import accounts, batches, s3, shards, sqs
 from batchinfer.data.items import BatchChanges, ResultPart
 from batchinfer.data.table import now
 from batchinfer.pipeline import aggregate, prepare, sweep
@@ -71,6 +71,23 @@ def test_a_running_batch_past_its_window_begins_its_expiry(
     assert sweep_later(stuck()) == {**NO_ACTIONS, "finalize": 1, "past_window": 1}
     assert moto_aws.messages("FinalizeQueue") == [{"batch_id": batch_id}]
     assert batches.get(batch_id) == header
+
+
+def test_a_validating_batch_past_its_window_expires_and_frees_its_active_slot(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a batch whose prepare keeps dying, past its window
+    batch_id = create(moto_aws, lines(3), monkeypatch)
+    batches.update(batch_id, BatchChanges(expires_at=now() - 1))
+    assert accounts.active_batches("default") == 1
+    # When the sweeper passes, once quiet too
+    assert sweep_later(stuck()) == {**NO_ACTIONS, "expired": 1, "past_window": 1}
+    # Then it is expired, no prepare is sent again, and the account's slot is free
+    header = batches.get(batch_id)
+    assert (header.status, header.expired_at is not None) == ("expired", True)
+    assert moto_aws.messages("PrepareQueue") == []
+    assert accounts.active_batches("default") == 0
+    assert sweep_later(stuck()) == NO_ACTIONS
 
 
 @pytest.mark.parametrize("state", ["all_shards_done", "cancelling"])

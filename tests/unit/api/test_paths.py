@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from batchinfer.api.errors import documented
-from batchinfer.data.accounts import hash_key, new_secret
+from batchinfer.data.accounts import authenticate, hash_key, new_secret
 from batchinfer.data.items import Account
 from batchinfer.data.locations import InvalidPath, Location, located, parse
-from batchinfer.wire.bearer import bearer_token
+from batchinfer.wire.bearer import bearer_token, well_formed
 
 
 @pytest.mark.parametrize(
@@ -19,6 +21,8 @@ from batchinfer.wire.bearer import bearer_token
         ("s3://bucket-1/results", "s3", True, Location("s3", "bucket-1", "results/")),
         ("s3://bucket-1/results/", "s3", True, Location("s3", "bucket-1", "results/")),
         ("s3://bucket-1", "s3", True, Location("s3", "bucket-1", "")),
+        ("s3://bucket-1/" + "k" * 980, "s3", True, Location("s3", "bucket-1", "k" * 980 + "/")),
+        ("s3://bucket-1/a..b/c.jsonl", "s3", False, Location("s3", "bucket-1", "a..b/c.jsonl")),
         (
             "cos://data-1250000000.ap-guangzhou/in.jsonl",
             "cos",
@@ -77,6 +81,11 @@ def test_valid_paths(uri: str, scheme: str, prefix: bool, expected: Location) ->
             "'data.1250000000.ap'",
         ),
         ("s3://bucket/" + "k" * 1025, "s3", False, "the key is longer than 1024 bytes"),
+        # `<prefix><batch id>/output.jsonl` must fit in 1024 bytes: 43 are the batch's
+        ("s3://bucket/" + "k" * 981, "s3", True, "the key is longer than 981 bytes (an output prefix)"),
+        ("s3://bucket/a/../b.jsonl", "s3", False, "the key has a '.' or '..' segment"),
+        ("s3://bucket/../other", "s3", True, "the key has a '.' or '..' segment"),
+        ("cos://data-1250000000.ap-guangzhou/a/./b.jsonl", "cos", False, "the key has a '.' or '..' segment"),
     ],
 )
 def test_invalid_paths_say_why(uri: str, scheme: str, prefix: bool, message: str) -> None:
@@ -123,6 +132,26 @@ def test_allowlist_keeps_s3_and_cos_apart() -> None:
 )
 def test_bearer_token(headers: dict[str, str], token: str | None) -> None:
     assert bearer_token(headers) == token
+
+
+class NoReads:
+    """A table any use of which fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the table was used: {name}")
+
+
+@pytest.mark.parametrize("token", ["sk bad", "sk-bi-" + "a" * 300, "sk-bi-\u00e9", "a;b", "sk===", "\x00"])
+def test_a_malformed_token_is_refused_before_any_table_read(token: str) -> None:
+    assert authenticate(token, table=NoReads()) is None  # type: ignore[arg-type]
+
+
+def test_well_formed_tokens_are_the_keys_rfc_6750_allows() -> None:
+    assert [well_formed(t) for t in (new_secret(), "sk-bi-sample-key-for-sam-local-invoke", "a/b+c==")] == [
+        True,
+        True,
+        True,
+    ]
 
 
 def test_keys_are_random_and_stored_as_sha256() -> None:

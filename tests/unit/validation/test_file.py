@@ -198,6 +198,11 @@ def test_raw_nul_byte_on_a_later_line_is_invalid_json_not_a_file_encoding() -> N
             "Line 1 is not valid JSON: -Infinity is not valid JSON (RFC 8259 has no NaN or Infinity).",
         ),
         (
+            '{"custom_id": "r1", "body": {"temperature": 1e999}}',
+            "Line 1 is not valid JSON: the number 1e999 is beyond the range of a double (it would be "
+            "infinity).",
+        ),
+        (
             "[1]" * 1,
             (
                 "Line 1 is a JSON array, not an object; each line must be one request object "

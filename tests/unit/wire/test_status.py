@@ -9,6 +9,7 @@ EDGES = {
     (S.VALIDATING, S.IN_PROGRESS),
     (S.VALIDATING, S.FAILED),
     (S.VALIDATING, S.CANCELLING),
+    (S.VALIDATING, S.EXPIRED),
     (S.IN_PROGRESS, S.FINALIZING),
     (S.IN_PROGRESS, S.CANCELLING),
     (S.FINALIZING, S.COMPLETED),
@@ -34,6 +35,7 @@ def test_allowed_sources_are_the_conditions_of_each_write() -> None:
     assert allowed_sources(S.FAILED) == {S.VALIDATING, S.FINALIZING}
     assert allowed_sources(S.CANCELLING) == {S.VALIDATING, S.IN_PROGRESS}
     assert allowed_sources(S.CANCELLED) == {S.CANCELLING}
+    assert allowed_sources(S.EXPIRED) == {S.VALIDATING, S.FINALIZING}
     assert allowed_sources(S.VALIDATING) == set()
 
 

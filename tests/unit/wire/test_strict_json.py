@@ -26,7 +26,6 @@ def error(data: str | bytes, **options: Any) -> JsonError:
         (b'{"caf\xc3\xa9": "\\ud800"}', {"caf\u00e9": "\ud800"}),  # a lone surrogate escape is valid JSON
         ("1" * 4300, int("1" * 4300)),
         ("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH, DEEPEST),
-        ("1e400", float("inf")),  # a number, though beyond a float's range
     ],
 )
 def test_json_parses_as_python_json_does(data: str | bytes, value: Any) -> None:
@@ -42,6 +41,9 @@ SYNTAX, ENCODING, NAN, LONG, DEEP = (
 )
 BAD_BYTE = "'utf-8' codec can't decode byte 0xff in position {}: invalid start byte"
 TOO_DEEP = "nested too deeply (more than 128 levels)"
+
+
+OVERFLOW = "the number {} is beyond the range of a double (it would be infinity)"
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,14 @@ TOO_DEEP = "nested too deeply (more than 128 levels)"
         (b"\xff\xfe{\x00}\x00", ENCODING, BAD_BYTE.format(0), 0, BAD_BYTE.format(0)),
         ('{"a": NaN}', NAN, "NaN is not a JSON number", None, "NaN is not a JSON number"),
         ("[-Infinity]", NAN, "-Infinity is not a JSON number", None, "-Infinity is not a JSON number"),
+        ("[1e999]", JsonErrorKind.NOT_FINITE, OVERFLOW.format("1e999"), None, OVERFLOW.format("1e999")),
+        (
+            '{"t": -2.5E+400}',
+            JsonErrorKind.NOT_FINITE,
+            OVERFLOW.format("-2.5E+400"),
+            None,
+            OVERFLOW.format("-2.5E+400"),
+        ),
         ("1" * 4301, LONG, "a number has more than 4300 digits", None, "a number has more than 4300 digits"),
         ("[" * 129 + "]" * 129, DEEP, TOO_DEEP, None, TOO_DEEP),
         ("[" * 100_000 + "]" * 100_000, DEEP, TOO_DEEP, None, TOO_DEEP),  # beyond the recursion limit
@@ -86,9 +96,9 @@ def test_a_not_a_number_error_names_the_literal() -> None:
 
 
 def test_non_finite_parses_the_literals_as_the_caller_says() -> None:
-    value = loads('{"a": [NaN, -Infinity]}', non_finite=lambda literal: f"<{literal}>")
+    value = loads('{"a": [NaN, -Infinity, 1e999, 1e308]}', non_finite=lambda literal: f"<{literal}>")
 
-    assert value == {"a": ["<NaN>", "<-Infinity>"]}
+    assert value == {"a": ["<NaN>", "<-Infinity>", "<1e999>", 1e308]}
 
 
 def test_nested_deeper_than_counts_arrays_and_objects() -> None:

@@ -55,6 +55,8 @@ def batch_view(item: BatchHeader) -> Batch:
                 )
             except locations.InvalidPath:  # COS was switched off since: the path is all we can give
                 logger.warning("no presigned URL for a cos:// result", extra={"batch_id": item.id})
+            except locations.Unavailable as error:  # the bucket is gone, or is another account's now
+                logger.warning("no presigned URL", extra={"batch_id": item.id, "code": error.code})
     return batch.model_copy(update=changes)
 
 

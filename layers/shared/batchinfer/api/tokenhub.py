@@ -45,7 +45,8 @@ class Plan:
 
 
 def _allowed(location: Location, account: Account, param: str) -> None:
-    if location.bucket_ref == f"s3://{get_settings().bucket_name}" or not account.allows(location.bucket_ref):
+    own = location.bucket_ref == f"s3://{get_settings().bucket_name}"
+    if own or not account.allows_key(location.bucket_ref, location.key):
         raise Forbidden(
             f"This account may not use bucket {location.bucket_ref!r}; ask the operator to add "
             "it to the account's bucket allowlist.",

@@ -251,7 +251,7 @@ class BedrockBackend:
             )
         return BackendError(
             502,
-            f"Cannot reach Bedrock: {type(exc).__name__}: {exc}",
+            f"Cannot reach Bedrock ({type(exc).__name__}).",  # what failed, not where
             type="server_error",
             code="upstream_unavailable",
             retryable=True,

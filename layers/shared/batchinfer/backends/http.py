@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from batchinfer.backends.base import BackendError
+from batchinfer.core.observability import logger
 
 __all__ = [
     "RETRYABLE_4XX",
@@ -112,7 +113,7 @@ async def post_json(
     Raises `UnicodeEncodeError` (nothing sent) when a string of `payload` is not valid Unicode (a lone
     surrogate). Raises `BackendError`, retryable: 504 `timeout` when the answer is not complete within
     `timeout` seconds (connecting included); 502 `upstream_unavailable` when the server cannot be
-    reached or breaks the connection or the protocol.
+    reached or breaks the connection or the protocol (its message names the failure, never the host).
     """
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     try:
@@ -129,9 +130,11 @@ async def post_json(
             retryable=True,
         ) from None
     except aiohttp.ClientError as error:
+        # The tenant's error line says what failed, not where: the server's host and port stay in the log.
+        logger.warning("model server unreachable", extra={"error": f"{type(error).__name__}: {error}"})
         raise BackendError(
             502,
-            f"Cannot reach the model server: {type(error).__name__}: {error}",
+            f"Cannot reach the model server ({type(error).__name__}).",
             type="server_error",
             code="upstream_unavailable",
             retryable=True,

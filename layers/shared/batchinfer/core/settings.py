@@ -27,7 +27,13 @@ class Settings(BaseSettings):
     finalize_queue_url: str = ""
     webhook_queue_url: str = Field("", description="webhook deliveries (pipeline.webhooks); '' sends none")
     event_bus_name: str = Field("default", description="the EventBridge bus batch status events go to")
-    webhook_timeout_seconds: float = Field(10.0, gt=0, description="one webhook POST, connect to answer")
+    webhook_timeout_seconds: float = Field(5.0, gt=0, description="one webhook POST, connect to answer")
+    webhook_allow_loopback: bool = Field(
+        False, description="webhooks may go to loopback addresses (a local stack's receivers); never deployed"
+    )
+    webhook_account_in_flight: int = Field(
+        2, ge=1, description="webhook POSTs of one account in flight at once, in one invocation"
+    )
     # Defaults measured by `make bench` (docs/performance.md), kept equal to template.yaml's.
     shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
     worker_concurrency: int = Field(
@@ -44,8 +50,8 @@ class Settings(BaseSettings):
         0.8,
         gt=0,
         le=1,
-        description="the fraction of MAX_SHARD_WORKERS one account's shards may run at once on one model "
-        "(so one account cannot hold every worker; `account_shard_slots`)",
+        description="the fraction of MAX_SHARD_WORKERS one account's shards may run at once, on all models "
+        "together (so one account cannot hold every worker; `account_shard_slots`)",
     )
     max_requests_per_file: int = Field(50_000, ge=1)
     max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from boto3.dynamodb.conditions import Key
 from pydantic import BaseModel, Field
 
+from batchinfer.core.netguard import check_url, safe_url
 from batchinfer.core.settings import get_settings
 from batchinfer.data import keys
 from batchinfer.data.items import Account, ApiKey, KeyPointer
@@ -35,6 +36,7 @@ from batchinfer.data.table import (
     retry_conflicts,
     transact,
 )
+from batchinfer.wire.bearer import well_formed
 
 KEY_PREFIX = "sk-bi-"
 # An active-batch limit frees up when some batch ends; there is no telling when, so suggest a poll.
@@ -192,8 +194,9 @@ def list_keys(account_id: str, *, table: Table | None = None) -> list[ApiKey]:
 
 
 def authenticate(secret: str | None, *, table: Table | None = None) -> ApiKey | None:
-    """The live key whose secret is `secret`, or None (missing, unknown or revoked)."""
-    if not secret:
+    """The live key whose secret is `secret`, or None (missing, malformed, unknown or revoked). A
+    malformed token (not RFC 6750's b64token, or too long) is refused before any table read."""
+    if not secret or not well_formed(secret):
         return None
     key = _key(handle(table), hash_key(secret))
     if key is None or key.revoked_at is not None:
@@ -219,6 +222,18 @@ def get_account(account_id: str, *, table: Table | None = None) -> Account:
     return Account.model_validate(item) if item else Account(account_id=account_id)
 
 
+def _allowlist_entry(ref: str) -> str:
+    """`ref` as stored on an allowlist: `scheme://name`, or `scheme://name/prefix/`."""
+    scheme, sep, path = ref.partition("://")
+    name, _, prefix = path.partition("/")
+    segments = prefix.rstrip("/").split("/") if prefix else []
+    if scheme not in ("s3", "cos") or not sep or not name or "*" in ref or {"", ".", ".."} & set(segments):
+        raise ValueError(
+            f"bucket must be 's3://name', 'cos://name' or 's3://name/prefix' (no '*'), got {ref!r}"
+        )
+    return f"{scheme}://{name}/{'/'.join(segments)}/" if segments else f"{scheme}://{name}"
+
+
 def configure_account(
     account_id: str,
     *,
@@ -230,16 +245,14 @@ def configure_account(
 ) -> Account:
     """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged).
 
-    Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart).
-    Raises ValueError for a malformed bucket reference or a limit below 1.
+    Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart), or
+    `s3://name/prefix` for only the keys under `prefix/` (stored with its trailing `/`), so that
+    accounts sharing a bucket each keep to their own prefix.
+    Raises ValueError for a malformed bucket reference (a `*` included: no wildcards) or a limit below 1.
     """
     sets: dict[str, Any] = {}
     if allowed_buckets is not None:
-        for ref in allowed_buckets:
-            scheme, sep, name = ref.partition("://")
-            if scheme not in ("s3", "cos") or not sep or not name or "/" in name:
-                raise ValueError(f"bucket must be 's3://name' or 'cos://name', got {ref!r}")
-        sets["allowed_buckets"] = sorted(set(allowed_buckets))
+        sets["allowed_buckets"] = sorted({_allowlist_entry(ref) for ref in allowed_buckets})
     for field, value in (
         ("max_active_batches", max_active_batches),
         ("max_creates_per_minute", max_creates_per_minute),
@@ -270,7 +283,8 @@ def set_webhook(account_id: str, url: str | None, *, table: Table | None = None)
     stored in the account's settings item, unlike API keys: signing needs the secret itself, not a
     hash; the table is encrypted at rest and only WebhookFunction reads it (Secrets Manager would cost
     a secret per account and a call per delivery for no stronger isolation than the table's).
-    Raises ValueError unless `url` is an absolute http(s) URL with a host.
+    Raises ValueError unless `url` is an absolute http(s) URL with a host that is not an address only
+    the deployment should reach (`core.netguard.check_url`; delivery checks resolved names again).
     """
     ensure_account(account_id, table=table)
     if url is None:
@@ -280,7 +294,8 @@ def set_webhook(account_id: str, url: str | None, *, table: Table | None = None)
         return None
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"webhook URL must be an absolute http(s) URL, got {url!r}")
+        raise ValueError(f"webhook URL must be an absolute http(s) URL, got {safe_url(url)!r}")
+    check_url(url, allow_loopback=get_settings().webhook_allow_loopback)
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
     expression, names, values = assignments({"webhook_url": url, "webhook_secret": secret})
     handle(table).update_item(

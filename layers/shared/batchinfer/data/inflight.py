@@ -1,5 +1,5 @@
 """Bounds across every Lambda environment, as leased slots: an account's `/v2` requests in flight
-(`keys.infer_slots`, infer.app) and an account's shard workers running on one model at once
+(`keys.infer_slots`, infer.app) and an account's shard workers running at once, on any model
 (`keys.shard_slots`, pipeline.shard.worker: `AccountShardShare`).
 
 A set of slots (`keys.Slots`) bounded to N at once has N slot items (numbers 0..N-1; an item exists

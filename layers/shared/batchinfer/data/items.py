@@ -326,7 +326,9 @@ class Account(Item):
 
     account_id: str
     allowed_buckets: list[str] = Field(
-        default_factory=list, description="`s3://bucket` / `cos://bucket` the account may use"
+        default_factory=list,
+        description="`s3://bucket` / `cos://bucket` the account may use whole, or `s3://bucket/prefix/` "
+        "only under that prefix",
     )
     max_active_batches: int | None = Field(None, ge=1)
     max_creates_per_minute: int | None = Field(None, ge=1)
@@ -338,8 +340,16 @@ class Account(Item):
     created_at: int | None = Field(None, description="None: the account has no settings item")
 
     def allows(self, bucket_ref: str) -> bool:
-        """True when `bucket_ref` (`s3://bucket` or `cos://bucket`) is on the allowlist."""
+        """True when `bucket_ref` (`s3://bucket` or `cos://bucket`) is on the allowlist, whole."""
         return bucket_ref in self.allowed_buckets
+
+    def allows_key(self, bucket_ref: str, key: str) -> bool:
+        """True when `key` of `bucket_ref` may be used: the bucket is allowed whole, or an allowed
+        `<bucket_ref>/<prefix>/` starts the key (paths have no `..` segments: `locations.parse`)."""
+        path = f"{bucket_ref}/{key}"
+        return self.allows(bucket_ref) or any(
+            entry.endswith("/") and path.startswith(entry) for entry in self.allowed_buckets
+        )
 
 
 class OpenBackfill(Item):

@@ -21,7 +21,7 @@ sweeper reads the open batches without reading the table (`batches.open_headers`
 | active batches   | `ACCOUNT#<account>` | `LIMITS`        |                     |                       |
 | creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
 | `/v2` slot       | `ACCOUNT#<account>` | `INFER#<0000>`  |                     |                       |
-| shard slot       | `ACCOUNT#<account>` | `SHARDS#<model>#<0000>` |             |                       |
+| shard slot       | `ACCOUNT#<account>` | `WORKERS#<0000>`         |             |                       |
 | upload part      | `UPLOAD#<id>`       | `PART#<part_id>`|                     |                       |
 | open backfill    | `SWEEPER`           | `OPEN_BACKFILL` |                     |                       |
 
@@ -59,7 +59,8 @@ LIMITS = "LIMITS"
 BATCH_PREFIX = "BATCH#"
 SHARD_PREFIX = "SHARD#"
 INFER_SLOT_PREFIX = "INFER#"
-SHARD_SLOT_PREFIX = "SHARDS#"
+# Per account, whatever the model (earlier `SHARDS#<model>#` items were per model: their TTL ends them).
+SHARD_SLOT_PREFIX = "WORKERS#"
 PART_PREFIX = "PART#"
 INDEX_ATTRIBUTES = ("PK", "SK", "GSI1PK", "GSI1SK")
 
@@ -156,9 +157,9 @@ def infer_slot(account_id: str, slot: int) -> Key:
     return infer_slots(account_id).key(slot)
 
 
-def shard_slots(account_id: str, model: str) -> Slots:
-    """An account's shard-worker slots on `model` (one per shard running at once)."""
-    return Slots(account_partition(account_id), f"{SHARD_SLOT_PREFIX}{model}#")
+def shard_slots(account_id: str) -> Slots:
+    """An account's shard-worker slots, on every model together (one per shard running at once)."""
+    return Slots(account_partition(account_id), SHARD_SLOT_PREFIX)
 
 
 def upload_part(upload_id: str, part_id: str) -> Key:

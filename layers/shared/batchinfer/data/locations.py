@@ -34,6 +34,9 @@ _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _COS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}[a-z0-9]$")
 MAX_KEY_BYTES = 1024  # S3 and COS object key limit
+# Under an output prefix a batch writes `<batch id>/output.jsonl` (`batch_` and 24 hex, the longest name):
+# the prefix leaves room for it, or every result write of the batch would fail after it ran.
+RESULT_KEY_BYTES = len(f"batch_{'0' * 24}/output.jsonl")
 
 
 class InvalidPath(ValueError):
@@ -76,8 +79,9 @@ class Location:
 def parse(uri: str, scheme: Scheme, *, prefix: bool = False) -> Location:
     """Parse `s3://bucket/key` (scheme `s3`) or `cos://bucket.region/key` (scheme `cos`).
 
-    With `prefix`, the key is an output prefix: it may be empty, and it is given a trailing `/`.
-    Raises `InvalidPath` naming the problem.
+    With `prefix`, the key is an output prefix: it may be empty, it is given a trailing `/`, and it
+    leaves `RESULT_KEY_BYTES` for the result files' names. A `..` or `.` segment is refused (a
+    store may resolve it to another key). Raises `InvalidPath` naming the problem.
     """
     head = f"{scheme}://"
     if not uri.startswith(head):
@@ -100,8 +104,11 @@ def parse(uri: str, scheme: Scheme, *, prefix: bool = False) -> Location:
         key = key if not key or key.endswith("/") else key + "/"
     elif not key or key.endswith("/"):
         raise InvalidPath(f"{uri[:120]!r} names no object (the key is empty or ends with '/')")
-    if len(key.encode()) > MAX_KEY_BYTES:
-        raise InvalidPath(f"the key is longer than {MAX_KEY_BYTES} bytes")
+    if {".", ".."} & set(key.split("/")):
+        raise InvalidPath("the key has a '.' or '..' segment")
+    limit = MAX_KEY_BYTES - RESULT_KEY_BYTES if prefix else MAX_KEY_BYTES
+    if len(key.encode()) > limit:
+        raise InvalidPath(f"the key is longer than {limit} bytes" + (" (an output prefix)" if prefix else ""))
     return Location(scheme, bucket, key, region)
 
 

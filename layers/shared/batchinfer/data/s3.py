@@ -24,7 +24,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from batchinfer.data.locations import s3_client
+from batchinfer.core.settings import get_settings
+from batchinfer.data.locations import Location, check_bucket, s3_client
 
 CHUNK_BYTES = 1024 * 1024
 # 8 MiB parts: above S3's 5 MiB multipart minimum, and bounded memory (s3transfer queues a few).
@@ -207,7 +208,15 @@ def upload_stream(
 def presigned_get(
     bucket: str, key: str, *, expires_in: int = 900, filename: str | None = None, where: str | None = None
 ) -> str:
-    """A short-lived (`expires_in` seconds) download URL for an object."""
+    """A short-lived (`expires_in` seconds) download URL for an object.
+
+    A URL cannot carry `ExpectedBucketOwner` (its user would have to send the header), so for a bucket
+    of AWS S3 other than the service's own, the owner is checked by a HeadBucket (which carries it)
+    before the URL is made. Raises `locations.Unavailable` when that bucket is another account's (403)
+    or gone.
+    """
+    if not where and bucket != get_settings().bucket_name:
+        check_bucket(Location("s3", bucket, key))
     params: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if filename:
         params["ResponseContentDisposition"] = content_disposition(filename)

@@ -7,7 +7,7 @@ Routes (KServe v2 HTTP/REST, https://kserve.github.io/website/docs/concepts/arch
 | `GET /v2`                               | `{"name", "version", "extensions": []}` (server metadata)     |
 | `GET /v2/health/live`, `/v2/health/ready` | `{"live": true}`, `{"ready": true}`                        |
 | `GET /v2/models/{m}`                    | `{"name", "platform", "inputs", "outputs"}` (model metadata)  |
-| `GET /v2/models/{m}/ready`              | `{"name", "ready": true}` once the model is loaded            |
+| `GET /v2/models/{m}/ready`              | `{"name", "ready": true}` once the model is loaded (API key)  |
 | `POST /v2/models/{m}/infer`             | token inference, see `batchinfer.wire.kserve` (API key)      |
 | `.../versions/{v}/...`                  | 400: model versions are not supported (as in MindIE)          |
 
@@ -15,7 +15,8 @@ Every failure is `{"error": "<message>"}`: 400 for a bad request, 401 without a 
 same keys as `/v1`, `Authorization: Bearer <key>`, with `WWW-Authenticate: Bearer`), 404 for an
 unknown model or route, 429 with `Retry-After` over the account's requests in flight
 (`data.inflight`), 504 when a request timed out; only a backend fault is a 5xx. Health and metadata
-routes take no key: they cost nothing and tell nothing about any account.
+routes take no key: they cost nothing and tell nothing about any account. A model's readiness loads
+the model, so it takes a key and one of the account's slots, as inference does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -129,9 +132,31 @@ def model_metadata(model: str) -> Response:
     )
 
 
+@contextmanager
+def _account_slot(key: ApiKey) -> Iterator[None]:
+    """Hold one of the account's `/v2` slots (`max_infer_in_flight`) for the request; `InferError(429)`
+    with `Retry-After` when every one is held."""
+    limit = accounts.get_account(key.account_id).max_infer_in_flight or get_settings().max_infer_in_flight
+    try:
+        with inflight.holding(
+            keys.infer_slots(key.account_id), limit=limit, owner=_request_id(), lease_s=_request_lease_s()
+        ):
+            yield
+    except inflight.NoSlot:
+        raise InferError(
+            429,
+            f"too many token requests in flight: this account may have {limit} at once; "
+            f"retry after {RETRY_AFTER_S} s",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        ) from None
+
+
 @app.get("/v2/models/<model>/ready")
 def model_ready(model: str) -> Response:
-    asyncio.run(model_limits(_backend(model)))  # loads the model: ready means it can answer now
+    key = _caller()  # loading a model is work: only for a key, within the account's share
+    backend = _backend(model)
+    with _account_slot(key):
+        asyncio.run(model_limits(backend))  # loads the model: ready means it can answer now
     return _json(200, {"name": model, "ready": True})
 
 
@@ -140,19 +165,8 @@ def model_infer(model: str) -> Response:
     key = _caller()  # before anything else: without a key, nothing about the request is answered
     backend = _backend(model)
     body = load_json(_raw_body())
-    limit = accounts.get_account(key.account_id).max_infer_in_flight or get_settings().max_infer_in_flight
-    try:
-        with inflight.holding(
-            keys.infer_slots(key.account_id), limit=limit, owner=_request_id(), lease_s=_request_lease_s()
-        ):
-            return _json(200, asyncio.run(infer(backend, body, time_limit_s=_time_left_s())))
-    except inflight.NoSlot:
-        raise InferError(
-            429,
-            f"too many token requests in flight: this account may have {limit} at once; "
-            f"retry after {RETRY_AFTER_S} s",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        ) from None
+    with _account_slot(key):
+        return _json(200, asyncio.run(infer(backend, body, time_limit_s=_time_left_s())))
 
 
 @app.route("/v2/models/<model>/versions/<version>", method=["GET", "POST"])

@@ -19,7 +19,7 @@ import itertools
 import math
 from collections.abc import Iterator
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from batchinfer.core import chaos, ids
 from batchinfer.core.observability import logger
@@ -128,6 +128,19 @@ def _never_ran(batch_id: str, bucket: str, shards: list[Shard], final: BatchStat
             yield never_ran(batch_id, requests, code, message)[0]
 
 
+class SourceUnreadable(RuntimeError):
+    """A network-level failure reading the batch's own parts (not writing its results): never counted
+    toward `max_finalize_attempts`; the run fails and is tried again."""
+
+
+def _read(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """`chunks`, a network-level failure of their reads raised as SourceUnreadable."""
+    try:
+        yield from chunks
+    except BotoCoreError as error:
+        raise SourceUnreadable(f"the batch's parts could not be read: {type(error).__name__}") from error
+
+
 class _LineCounter:
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self.chunks, self.lines = chunks, 0
@@ -142,7 +155,7 @@ def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tupl
     """Stream one result file and record it; (file id, line count), or (None, 0) when it would have no
     lines: then no object is written (OpenAI leaves `error_file_id` null, and writes no error file,
     when no request failed)."""
-    chunks = iter(chunks)
+    chunks = _read(iter(chunks))
     first = next((chunk for chunk in chunks if chunk), b"")
     if not first:
         return None, 0
@@ -170,15 +183,19 @@ def _write_file(header: BatchHeader, kind: str, chunks: Iterator[bytes]) -> tupl
     return file_id, counter.lines
 
 
-def _unwritable(header: BatchHeader, error: ClientError) -> str | None:
+def _unwritable(header: BatchHeader, error: ClientError | BotoCoreError) -> str | None:
     """After the result files could not be written: count it (`finalize_failures`) when the output
-    location refused the write (not our own bucket's reads, not throttling or a 5xx); at the
+    location refused the write (not our own bucket's reads, not throttling or a 5xx) or could not be
+    reached at all (a `BotoCoreError`: endpoint, DNS, TLS, e.g. a COS endpoint that is gone); at the
     `max_finalize_attempts`-th, end the batch (`failed`, or `cancelled` for a cancel: the status machine
     allows no other) with an `output_write_failed` entry in `errors.data` and return that status.
     None: let the run fail, to be tried again (else `finalizing` would have no way out)."""
-    code = error.response.get("Error", {}).get("Code", "")
-    if error.operation_name not in WRITE_OPERATIONS or code in TRANSIENT_CODES:
-        return None
+    if isinstance(error, BotoCoreError):
+        code = type(error).__name__
+    else:
+        code = error.response.get("Error", {}).get("Code", "")
+        if error.operation_name not in WRITE_OPERATIONS or code in TRANSIENT_CODES:
+            return None
     attempts = batches.bump_finalize_failures(header.id)
     logger.warning(
         "finalize: the result files could not be written",
@@ -243,7 +260,7 @@ def finalize_batch(batch_id: str) -> str:
         )
         chaos.crash_point("crash_in_aggregator")  # dying halfway: the redelivered message rewrites both files
         error_id, failed = _write_file(sealed, "error", error_chunks())
-    except ClientError as error:
+    except (ClientError, BotoCoreError) as error:
         ended = _unwritable(sealed, error)
         if ended is None:
             raise  # SQS redelivers; the sweeper re-sends a lost finalize

@@ -1,7 +1,8 @@
 """The sweeper: expiry and recovery of lost steps, run on a schedule.
 
 For every open batch: past `expires_at` -> begin its expiry (`batches.begin_expiry`) and ask the
-aggregator to end it;
+aggregator to end it, or end a batch still `validating` `expired` at once (no request ran; a prepare
+that keeps dying would otherwise be sent again forever, holding one of the account's active slots);
 a lost prepare, shard or finalize message (no progress for `stuck_after` seconds) -> send it again.
 A prepare is lost only when no prepare works on the batch (no live prepare lease: it renews the lease
 while it streams the input, `prepare.prepare_batch`) and no prepare message waits in the queue
@@ -53,6 +54,8 @@ def sweep() -> dict[str, int]:
             if batches.begin_expiry(batch_id, at=at):
                 _ask(settings.finalize_queue_url, header)
                 actions["expired"] += 1
+        elif status == BatchStatus.VALIDATING and at >= header.expires_at:
+            actions["expired"] += batches.transition(batch_id, BatchStatus.EXPIRED, at=at) is not None
         elif status == BatchStatus.VALIDATING and quiet:
             # A prepare at work (a live lease) or a message waiting for one (a backlog) is not lost.
             if _prepare_lost(header, at) and intake.ask_prepare(header, at=at):

@@ -6,7 +6,12 @@ Twelve lines of header parsing; no library is worth a dependency for it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+
+# RFC 6750 section 2.1's b64token, at most 256 characters (a key is 49): anything else is no key, refused
+# without a table read.
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]{1,256}={0,2}")
 
 # RFC 6750 section 3: a 401 names the scheme the resource takes.
 WWW_AUTHENTICATE = {"WWW-Authenticate": 'Bearer realm="batchinfer"'}
@@ -22,3 +27,8 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
+
+
+def well_formed(token: str) -> bool:
+    """Whether `token` can be an API key at all: RFC 6750's b64token, at most 256 characters."""
+    return _TOKEN.fullmatch(token) is not None

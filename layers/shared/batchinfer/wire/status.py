@@ -24,7 +24,7 @@ class BatchStatus(StrEnum):
 
 S = BatchStatus
 _TRANSITIONS: dict[BatchStatus, frozenset[BatchStatus]] = {
-    S.VALIDATING: frozenset({S.IN_PROGRESS, S.FAILED, S.CANCELLING}),
+    S.VALIDATING: frozenset({S.IN_PROGRESS, S.FAILED, S.CANCELLING, S.EXPIRED}),
     S.IN_PROGRESS: frozenset({S.FINALIZING, S.CANCELLING}),
     S.FINALIZING: frozenset({S.COMPLETED, S.EXPIRED, S.FAILED}),
     S.CANCELLING: frozenset({S.CANCELLED}),

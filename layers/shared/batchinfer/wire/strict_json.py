@@ -1,7 +1,8 @@
 """Strict JSON (RFC 8259): the one loader of request bodies and batch input lines.
 
 Python's `json` accepts more than RFC 8259 and fails in ways that are not parse errors:
-- the literals `NaN`, `Infinity` and `-Infinity` parse as floats (§6 has no such numbers);
+- the literals `NaN`, `Infinity` and `-Infinity` parse as floats (§6 has no such numbers), and a
+  number beyond a double's range (`1e999`) as infinity, which no JSON writer can send on;
 - an integer of more than 4300 digits raises a plain `ValueError` (CPython's limit on int-string
   conversion, `sys.get_int_max_str_digits()`), deep nesting a `RecursionError`;
 - bytes are decoded by guessing UTF-16/32 and stripping a BOM (§8.1: JSON exchanged between systems
@@ -17,6 +18,7 @@ and it gives no line and column; other parsers are either lax in the same ways a
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -40,6 +42,7 @@ class JsonErrorKind(StrEnum):
     SYNTAX = "syntax"  # not JSON at all (json's own errors, a byte order mark)
     ENCODING = "encoding"  # bytes that are not UTF-8
     NOT_A_NUMBER = "not_a_number"  # NaN, Infinity, -Infinity
+    NOT_FINITE = "not_finite"  # a number beyond a double's range, e.g. 1e999
     LONG_NUMBER = "long_number"  # an integer beyond Python's int-string conversion limit
     TOO_DEEP = "too_deep"  # more than MAX_JSON_DEPTH nested arrays/objects
 
@@ -75,17 +78,32 @@ def _reject_constant(literal: str) -> Any:
     raise JsonError(f"{literal} is not a JSON number", JsonErrorKind.NOT_A_NUMBER, token=literal)
 
 
+def _reject_overflow(literal: str) -> Any:
+    raise JsonError(
+        f"the number {literal[:40]} is beyond the range of a double (it would be infinity)",
+        JsonErrorKind.NOT_FINITE,
+        token=literal[:40],
+    )
+
+
 @cache
-def _decoder(parse_constant: Callable[[str], Any]) -> json.JSONDecoder:
+def _decoder(non_finite: Callable[[str], Any] | None) -> json.JSONDecoder:
     # One decoder per option: `json.loads(text, parse_constant=...)` would build one per call.
-    return json.JSONDecoder(parse_constant=parse_constant)
+    on_overflow = non_finite or _reject_overflow
+
+    def finite_float(literal: str) -> Any:
+        value = float(literal)
+        return value if math.isfinite(value) else on_overflow(literal)
+
+    return json.JSONDecoder(parse_constant=non_finite or _reject_constant, parse_float=finite_float)
 
 
 def loads(data: str | bytes, *, non_finite: Callable[[str], Any] | None = None) -> Any:
     """The value of the JSON text `data` (bytes must be UTF-8), or `JsonError`.
 
-    NaN/Infinity literals raise `JsonError(NOT_A_NUMBER)`, unless `non_finite` is given: then each
-    literal parses as `non_finite(literal)` (a marker, so the caller can name the field holding it).
+    NaN/Infinity literals raise `JsonError(NOT_A_NUMBER)` and numbers beyond a double's range
+    `JsonError(NOT_FINITE)`, unless `non_finite` is given: then each such literal parses as
+    `non_finite(literal)` (a marker, so the caller can name the field holding it).
     """
     if isinstance(data, (bytes, bytearray)):
         try:
@@ -99,7 +117,7 @@ def loads(data: str | bytes, *, non_finite: Callable[[str], Any] | None = None) 
             "Unexpected UTF-8 BOM (decode using utf-8-sig)", JsonErrorKind.SYNTAX, 0, lineno=1, colno=1
         )
     try:
-        value = _decoder(non_finite or _reject_constant).decode(text)
+        value = _decoder(non_finite).decode(text)
     except JsonError:
         raise
     except json.JSONDecodeError as exc:

@@ -219,7 +219,8 @@ class WindowRun:
             outcome = Outcome(
                 request,
                 500,
-                BackendError(500, f"backend error: {error}", type="server_error").body(),
+                # Logged in full above; the tenant's line names the failure, not where (hosts, ports).
+                BackendError(500, f"backend error ({type(error).__name__})", type="server_error").body(),
                 request_id,
             )
         self.outcomes[index] = outcome

@@ -76,9 +76,10 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     hold every slot of its share of the model's workers: the message comes back in
     `SLOT_WAIT_SECONDS`, nothing counted, the backend not called).
 
-    One account's shards run at most `settings.account_shard_slots` at once on one model
+    One account's shards run at most `settings.account_shard_slots` at once, on all models together
     (`AccountShardShare` of `MaxShardWorkers`; slots of `data.inflight`, taken before the claim and
-    held for the invocation), so one account's backlog never holds every worker of a backend.
+    held for the invocation), so one account's backlog never holds every worker, however many models
+    it uses.
 
     The lease lasts `shard_lease_seconds` and is renewed every third of it while the worker works
     (`LeaseHeartbeat`), so a live worker keeps its shard however long it runs, and a crashed one's
@@ -106,7 +107,7 @@ def process_shard(message: sqs.ShardMessage, *, owner: str, time_left_ms: Callab
     share = settings.account_shard_slots
     if share is None:
         return _run_shard(message, header, owner=owner, time_left_ms=time_left_ms)
-    slots = keys.shard_slots(header.account_id, header.model)
+    slots = keys.shard_slots(header.account_id)
     try:
         slot = inflight.acquire(
             slots, limit=share, owner=owner, lease_s=time_left_ms() // 1000 + SLOT_MARGIN_S
