@@ -51,7 +51,9 @@ class Fake:
             prepare_wait_seconds=WAIT,
         )
 
-        def transition(batch_id: str, target: BatchStatus, *, changes: BatchChanges, at: int) -> Any:
+        def transition(
+            batch_id: str, target: BatchStatus, *, changes: BatchChanges | None = None, at: int
+        ) -> Any:
             self.transitions.append((batch_id, target, changes, at))
             return next(h for h in headers if h.id == batch_id) if transition_ok else None
 
@@ -131,7 +133,6 @@ def test_an_expiry_that_lost_its_condition_sends_nothing(monkeypatch: pytest.Mon
     ("batch", "queue", "action"),
     [
         (header(S.VALIDATING, created_at=AT - STUCK), "prepare", "prepare"),
-        (header(S.VALIDATING, expires_at=AT - 1), "prepare", "prepare"),  # only a running batch expires
         (
             header(S.IN_PROGRESS, in_progress_at=LONG_AGO, shards_total=2, shards_done=2),
             "finalize",
@@ -159,7 +160,6 @@ def test_an_expiry_that_lost_its_condition_sends_nothing(monkeypatch: pytest.Mon
     ],
     ids=[
         "validating",
-        "validating-overdue",
         "all-shards-done",
         "finalizing",
         "finalizing-overdue",
@@ -173,6 +173,13 @@ def test_a_quiet_batch_gets_its_lost_message_again(
     overdue = batch.expires_at < AT  # the "-overdue" cases: counted for BatchesPastWindowAlarm
     assert sweep.sweep() == {**NO_ACTIONS, action: 1, "past_window": int(overdue)}
     assert (fake.sent, fake.transitions) == ([(queue, {"batch_id": "batch_1"})], [])
+
+
+def test_a_batch_still_validating_past_its_window_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A prepare that keeps dying must not hold one of the account's active slots forever
+    fake = Fake(monkeypatch, [header(S.VALIDATING, expires_at=AT - 1)])
+    assert sweep.sweep() == {**NO_ACTIONS, "expired": 1, "past_window": 1}
+    assert (fake.sent, fake.transitions) == ([], [("batch_1", S.EXPIRED, None, AT)])
 
 
 @pytest.mark.parametrize(
