@@ -107,7 +107,8 @@ class HoldableUpstream:
     answered by `_text_answer`, and `/v1/embeddings`, see `embeddings`): prompts containing `HOLD` wait
     for `release()`,
     prompts containing `GATE` each wait for one of the passes `admit(n)` hands out (or `release()`),
-    prompts containing `FAIL` get a 400 error.
+    prompts containing `FAIL` get a 400 error while `failing` is set (a model server that refuses them for
+    a while: clear it and they are answered).
 
     `arrivals` lists the prompts in the order they arrived; `held` is set once a HOLD prompt arrived.
     Every answer is a chat completion with usage (3 prompt + 2 completion tokens).
@@ -115,6 +116,7 @@ class HoldableUpstream:
 
     def __init__(self) -> None:
         self.arrivals: list[str] = []
+        self.failing = True
         self.held = threading.Event()
         self._release = threading.Event()
         self._passes = threading.Semaphore(0)
@@ -138,7 +140,7 @@ class HoldableUpstream:
                     while not upstream._release.is_set() and time.monotonic() < deadline:
                         if upstream._passes.acquire(timeout=0.05):
                             break
-                if "FAIL" in prompt:
+                if "FAIL" in prompt and upstream.failing:
                     self._send(
                         400,
                         {
@@ -222,7 +224,8 @@ class HoldableUpstream:
         self._passes.release(n)
 
     def rearm(self) -> None:
-        """Hold HOLD prompts again (after a `release`), with a fresh `arrivals` log."""
+        """Hold HOLD prompts again (after a `release`) and fail FAIL prompts, with a fresh `arrivals` log."""
+        self.failing = True
         self.arrivals.clear()
         self.held.clear()
         self._release.clear()
