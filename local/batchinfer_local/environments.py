@@ -9,8 +9,9 @@ invocation still running at its deadline (the function's Timeout) kills its envi
 ("Task timed out"); one that ends the process fails with `Runtime.ExitError`; a failed init
 (`Runtime.ImportModuleError`) fails the invocation and is retried by the next one.
 
-Each function has a zygote (`zygote.py`): a fresh interpreter with the function's environment that has
-imported the handlers' heavy third-party modules; environments are forked from it on demand and each
+Each function has a zygote (`zygote.py`): a process with exactly the function's environment that has
+the handlers' heavy third-party modules imported (forked from this process's zygote server,
+`zygote_server.py`, which imported them once); environments are forked from it on demand and each
 runs the handler's init itself.
 Each reply carries the environment's counters (`zygote.Probes`), summed in `stats`; `configure`
 changes the function's variables in every environment before its next invocation. Each process's
@@ -25,9 +26,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
+import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,7 @@ from typing import IO, Any
 
 from .functions import FunctionSpec
 from .runtime import Activity, InvocationError, Op, Throttled, log_stream
+from .zygote_server import zygote_server
 
 log = logging.getLogger(__name__)
 
@@ -99,24 +101,27 @@ def forward_log(
 
 
 class _Zygote:
-    """The parent's handle of one function's zygote process (its control socket, its log readers)."""
+    """The parent's handle of one function's zygote (its control socket, its log readers), a process
+    forked by this process's zygote server (`zygote_server.py`)."""
 
     def __init__(self, spec: FunctionSpec, environ: Mapping[str, str], logger: logging.Logger) -> None:
         self.spec = spec
         self._lock = threading.Lock()
         self._control, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with child:
-            self.process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "batchinfer_local.zygote", str(child.fileno())],
-                env=dict(environ),
-                cwd=spec.handler_file.parent,
-                pass_fds=[child.fileno()],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self.pid = zygote_server().fork(environ, spec.handler_file.parent, [child.fileno(), out_w, err_w])
+        except InvocationError:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            child.close()
+            os.close(out_w)
+            os.close(err_w)
         self._readers = forward_log(
-            self.process.stdout, self.process.stderr, logger, f"{spec.logical_id}-zygote"
+            os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), logger, f"{spec.logical_id}-zygote"
         )
         try:
             self.request(
@@ -126,6 +131,13 @@ class _Zygote:
         except InvocationError:
             self.close()
             raise
+
+    def alive(self) -> bool:
+        """False once the zygote has ended (its end of the control socket closed)."""
+        with self._lock:
+            poller = select.poll()
+            poller.register(self._control, select.POLLIN | select.POLLHUP)
+            return not poller.poll(0)
 
     def request(
         self, message: dict[str, Any], fds: Iterable[int] = (), timeout: float = 30.0
@@ -145,22 +157,25 @@ class _Zygote:
             else:
                 error = None
         if not data:
-            reason = f"no answer to {message['op']} ({error or f'exit code {self.process.poll()}'})"
+            reason = f"no answer to {message['op']} ({error or 'the zygote exited'})"
             raise InvocationError(
                 self.spec.logical_id, {"errorType": "Runtime.ExitError", "errorMessage": reason}
             )
         return json.loads(data)
 
     def close(self) -> None:
-        """End the zygote and every environment forked from it; wait for its log to be forwarded."""
+        """End the zygote and every environment forked from it; wait for its log to be forwarded (its
+        pipes end once it and its environments have exited)."""
         self._control.close()  # end of file: the zygote kills its environments and exits
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
         for reader in self._readers:
-            reader.join(timeout=5)
+            reader.join(timeout=10)
+        if any(reader.is_alive() for reader in self._readers):
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            for reader in self._readers:
+                reader.join(timeout=5)
 
 
 class _Environment:
@@ -364,7 +379,7 @@ class EnvironmentPool:
 
     def _spawn(self, number: int, alone: bool) -> _Environment:
         with self._zygote_lock:
-            if self._zygote is None or self._zygote.process.poll() is not None:
+            if self._zygote is None or not self._zygote.alive():
                 self._zygote = _Zygote(self.spec, self.environ, self._logger)
             zygote = self._zygote
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

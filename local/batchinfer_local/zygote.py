@@ -1,10 +1,12 @@
 """The child side of `environments.EnvironmentPool`: one function's zygote, and its execution environments.
 
-`python -m batchinfer_local.zygote <fd>` is started by the pool with exactly the function's environment
-(the template's variables, Lambda's reserved ones, its role's credentials). `<fd>` is an AF_UNIX
-SOCK_SEQPACKET socket to the pool, one JSON message per packet. The zygote:
-1. receives the function's `FunctionSpec`, imports the third-party modules handlers import (`PRELOAD`),
-   parses the AWS service models they use (`share_service_models`), and answers `ready`;
+`python -m batchinfer_local.zygote <fd>` is the zygote server (`serve_zygotes`, started once per
+Python process by `zygote_server.py`): it imports the third-party modules handlers import (`PRELOAD`) and
+parses the AWS service models they use (`share_service_models`) once, then forks each function's zygote
+with exactly the function's environment (the template's variables, Lambda's reserved ones, its role's
+credentials) and directory. `<fd>` (the server's, then each zygote's) is an AF_UNIX SOCK_SEQPACKET socket
+to its parent, one JSON message per packet. A zygote:
+1. receives the function's `FunctionSpec` and answers `ready`;
 2. on `spawn` (with a stream socket and the environment's own stdout and stderr pipes passed along,
    SCM_RIGHTS) forks one execution environment, which
    imports the handler itself (Lambda's INIT phase, in every environment), answers `ready` (or `failed`,
@@ -261,11 +263,71 @@ def _kill(pid: int, children: set[int]) -> None:
 
 
 def main() -> None:
-    """Run the zygote on the socket named by argv[1] (see the module docstring)."""
-    # Ctrl-C reaches the whole process group: the stack that started this zygote ends it (and its
-    # environments) by closing the control socket, as Lambda ends environments, without tracebacks.
+    """Run the zygote server on the socket named by argv[1] (see the module docstring)."""
+    # Ctrl-C reaches the whole process group: the stack that started the zygotes ends them (and their
+    # environments) by closing their control sockets, as Lambda ends environments, without tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control = socket.socket(fileno=int(sys.argv[1]))
+    serve_zygotes(socket.socket(fileno=int(sys.argv[1])))
+
+
+def serve_zygotes(control: socket.socket) -> None:
+    """The zygote server: `preload` once, then fork a function's zygote per request until end of file.
+
+    A request is `{"environ", "cwd"}` with three descriptors (the zygote's control socket, its stdout and
+    stderr); the answer `{"pid"}`. The child takes exactly `environ` (the function's variables, as an
+    exec would give them) and `cwd`, then runs `run_zygote`. The preloaded modules read no variable of a
+    function at import (checked: AWS SDK settings are read per session), so one preload serves all.
+    """
+    preload()
+    control.send(json.dumps({"op": Op.READY, "pid": os.getpid()}).encode())
+    control.settimeout(1.0)  # wake up to reap the zygotes that ended
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, _PACKET_BYTES, 3)
+        except TimeoutError:
+            data, fds = None, []
+        _reap_any()
+        if data is None:
+            continue
+        if not data:
+            return  # the parent closed the socket (or died): its zygotes end with their own sockets
+        message = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _become_zygote(message, fds)
+        for fd in fds:
+            os.close(fd)
+        control.send(json.dumps({"pid": pid}).encode())
+
+
+def _become_zygote(message: dict[str, Any], fds: list[int]) -> None:
+    os.dup2(fds[1], 1)
+    os.dup2(fds[2], 2)
+    os.close(fds[1])
+    os.close(fds[2])
+    os.environ.clear()
+    os.environ.update(message["environ"])
+    os.chdir(message["cwd"])
+    sys.path[0] = message["cwd"]  # as `python -m` started in the function's directory has it
+    try:
+        run_zygote(socket.socket(fileno=fds[0]))
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(0)
+
+
+def _reap_any() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def run_zygote(control: socket.socket) -> None:
+    """One function's zygote on `control` (see the module docstring), its modules preloaded."""
 
     def send(message: dict[str, Any]) -> None:
         control.send(json.dumps(message).encode())
@@ -274,7 +336,6 @@ def main() -> None:
     spec = FunctionSpec.model_validate(boot["spec"])
     logging.Formatter.converter = time.gmtime
     install_runtime_logging()
-    preload()
     send({"op": Op.READY, "pid": os.getpid()})
     children: set[int] = set()
     try:

@@ -262,3 +262,33 @@ def test_environments_writing_at_once_keep_their_lines_whole(
             time.sleep(0.05)
     lines = [r.getMessage() for r in caplog.records if r.name == "batchinfer_local.function.Fn"]
     assert lines == ["second", "first"]
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_every_functions_zygote_is_forked_by_the_one_zygote_server(handler_file: Path) -> None:
+    from batchinfer_local.zygote_server import zygote_server
+
+    # Given two functions' pools
+    pools = [
+        EnvironmentPool(
+            spec(handler_file, logical_id=name),
+            {"PATH": os.environ["PATH"], "FOO": name},
+            Activity(),
+            limit=1,
+        )
+        for name in ("Fn", "Other")
+    ]
+    try:
+        # When each runs an invocation
+        answers = [pool.invoke({}) for pool in pools]
+        # Then each environment has its own function's variables, and its zygote is a child of the server
+        zygotes = [_parent(answer["pid"]) for answer in answers]
+        assert [answer["env"]["FOO"] for answer in answers] == ["Fn", "Other"]
+        assert zygotes[0] != zygotes[1]
+        assert [_parent(zygote) for zygote in zygotes] == [zygote_server().process.pid] * 2
+    finally:
+        for pool in pools:
+            pool.close()
