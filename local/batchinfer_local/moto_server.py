@@ -86,7 +86,8 @@ class MotoServer:
         self._environ.set(aws, remove=[*_AWS_OVERRIDES, *service_endpoints])
         # moto's state is process-global: start from nothing, whatever ran before in this process.
         request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10):
+        # A reset took over 10 s on this 2-core machine under a test run's load: a slow start, not a failure.
+        with urllib.request.urlopen(request, timeout=120):
             pass
         iam.bootstrap_admin(endpoint, credential_client)
         iam.set_enforcement(endpoint, iam_enforced)

@@ -81,6 +81,10 @@ LINKS = {
     ("POST /v1/batches/{batch_id}/cancel", "CancelBatch"): "POST /v1/batches/{batch_id}/cancel",
     ("POST /v1/batches/{batch_id}/cancel", "DownloadOutputFile"): "GET /v1/files/{file_id}/content",
     ("POST /v1/batches/{batch_id}/cancel", "DownloadErrorFile"): "GET /v1/files/{file_id}/content",
+    ("POST /v1/batches/{batch_id}/retry", "RetrieveBatch"): "GET /v1/batches/{batch_id}",
+    ("POST /v1/batches/{batch_id}/retry", "CancelBatch"): "POST /v1/batches/{batch_id}/cancel",
+    ("POST /v1/batches/{batch_id}/retry", "DownloadOutputFile"): "GET /v1/files/{file_id}/content",
+    ("POST /v1/batches/{batch_id}/retry", "DownloadErrorFile"): "GET /v1/files/{file_id}/content",
 }
 
 HELD = jsonl(chat_line("held", "HOLD", model=SCRIPTED), chat_line("next", "after", model=SCRIPTED))
@@ -146,10 +150,17 @@ def test_generated_call_sequences_never_fail_a_check(
     upstream_stack: tuple[LocalStack, HoldableUpstream], api_key: str
 ) -> None:
     stack, upstream = upstream_stack
-    # Upload parts and retrieve lead no further into the batch flow: steps spent there are steps not
-    # spent on batches (tests/e2e/test_uploads.py covers them; test_schemathesis.py fuzzes them).
+    # Upload parts and retrieve, a retry of an ended batch and the output read while one runs lead no
+    # further into the batch flow: steps spent there are steps not spent on batches
+    # (tests/e2e/test_uploads.py and test_openai_sdk_steering.py cover them; test_schemathesis.py fuzzes
+    # them).
     schema = schemathesis.openapi.from_url(f"{stack.base_url}/v1/openapi.json").exclude(
-        name=["POST /v1/uploads/{upload_id}/parts", "GET /v1/uploads/{upload_id}"]
+        name=[
+            "POST /v1/uploads/{upload_id}/parts",
+            "GET /v1/uploads/{upload_id}",
+            "POST /v1/batches/{batch_id}/retry",
+            "GET /v1/batches/{batch_id}/output",
+        ]
     )
     schema.config.generation.update(with_security_parameters=False)
     base_url, headers = stack.base_url, {"Authorization": f"Bearer {api_key}"}

@@ -183,7 +183,13 @@ V1_CASES: list[Case] = [
             "headers": JSON,
         },
         400,
-        same(envelope("bytes: Input should be a finite number", "invalid_request", "bytes")),
+        same(
+            envelope(
+                "request body is not valid JSON: the number 1e400 is beyond the range of a double (it would "
+                "be infinity)",
+                "invalid_json",
+            )
+        ),
     ),
     (
         "NaN",

@@ -137,7 +137,11 @@ def cmd_accounts(args: argparse.Namespace) -> int:
                 table=table,
             )
             if args.webhook_url is not None:
-                secret = accounts.set_webhook(args.account, args.webhook_url or None, table=table)
+                # The CLI has no function's settings: loopback receivers as the stack it manages is told.
+                loopback = os.environ.get("WEBHOOK_ALLOW_LOOPBACK", "").lower() in ("1", "true")
+                secret = accounts.set_webhook(
+                    args.account, args.webhook_url or None, table=table, allow_loopback=loopback
+                )
                 account = accounts.get_account(args.account, table=table)
         except ValueError as error:
             raise CliError(f"error: {error}", code=2) from None

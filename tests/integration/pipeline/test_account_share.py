@@ -64,7 +64,8 @@ def run(batch_id: str, shard: int, owner: str) -> str:
 def test_a_shard_that_finds_no_slot_waits_counting_nothing_and_then_completes(
     moto_aws: Aws, upstream: HoldableUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker, "SLOT_WAIT_SECONDS", 1, raising=False)
+    # Long enough that the message sent again stays delayed through the steps below on a loaded machine
+    monkeypatch.setattr(worker, "SLOT_WAIT_SECONDS", 6)
     # Given account A's batch of three one-request shards, B's of one, and A's two slots on the model
     # held by two live workers in other environments (the worker's loop is one per process: the
     # concurrent workers themselves run in the local stack's test, tests/integration/local)
@@ -104,8 +105,10 @@ def test_a_shard_that_finds_no_slot_waits_counting_nothing_and_then_completes(
     # completes normally: one claim, no re-drive
     for n, owner in zip(blocking, ("env1", "env2"), strict=True):
         assert inflight.release(slots, n, owner=owner)
-    time.sleep(1.2)
-    assert moto_aws.grouped("ShardsQueue") == [("A", {"batch_id": a, "shard": 2})]
+    deadline = time.monotonic() + 12
+    while not (back := moto_aws.grouped("ShardsQueue")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert back == [("A", {"batch_id": a, "shard": 2})]
     assert run(a, 2, "a2-again") == "done"
     done = shards.get(a, 2)
     assert (done.state, done.attempts, done.redrives, done.completed) == ("done", 1, None, 1)

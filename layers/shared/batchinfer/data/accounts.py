@@ -274,7 +274,9 @@ def configure_account(
     return get_account(account_id, table=table)
 
 
-def set_webhook(account_id: str, url: str | None, *, table: Table | None = None) -> str | None:
+def set_webhook(
+    account_id: str, url: str | None, *, table: Table | None = None, allow_loopback: bool | None = None
+) -> str | None:
     """Register `url` as the account's webhook endpoint with a new signing secret, and return the
     secret (shown once: `batchinfer accounts set --webhook-url`); `url` None removes both (returns None).
 
@@ -284,7 +286,8 @@ def set_webhook(account_id: str, url: str | None, *, table: Table | None = None)
     hash; the table is encrypted at rest and only WebhookFunction reads it (Secrets Manager would cost
     a secret per account and a call per delivery for no stronger isolation than the table's).
     Raises ValueError unless `url` is an absolute http(s) URL with a host that is not an address only
-    the deployment should reach (`core.netguard.check_url`; delivery checks resolved names again).
+    the deployment should reach (`core.netguard.check_url`; delivery checks resolved names again);
+    loopback addresses only with `allow_loopback` (default: the functions' `webhook_allow_loopback`).
     """
     ensure_account(account_id, table=table)
     if url is None:
@@ -295,7 +298,9 @@ def set_webhook(account_id: str, url: str | None, *, table: Table | None = None)
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValueError(f"webhook URL must be an absolute http(s) URL, got {safe_url(url)!r}")
-    check_url(url, allow_loopback=get_settings().webhook_allow_loopback)
+    if allow_loopback is None:
+        allow_loopback = get_settings().webhook_allow_loopback
+    check_url(url, allow_loopback=allow_loopback)
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
     expression, names, values = assignments({"webhook_url": url, "webhook_secret": secret})
     handle(table).update_item(
