@@ -12,6 +12,9 @@ then the AWS calls per 1,000 requests by operation and the cost per million requ
 4. aggregation: merging shard results vs a raw S3 copy of the same bytes;
    prefix (benchmarks/prefix_server.py): a simulated prefix-caching server, the worker grouping a
    batch's sharers of a system prompt vs launching in input order (uncached prompt tokens);
+   shared_prefix (benchmarks/shared_prefix.py): a 32-request batch sharing a ~675-token system prompt
+   through the local stack on the embedded model vs the same batch made unshareable, and its cached
+   tokens vs the tokens a prefix computed once skips;
 5. backlog (benchmarks/backlog.py): 4 accounts' 12 batches against a server far smaller than the
    demand, every fault at 2%: nothing lost, duplicated or failed unrun, small accounts first;
 6. AWS calls per 1,000 requests, and cost per million requests.
@@ -46,6 +49,7 @@ SECTIONS = (
     "embedded",
     "embeddings",
     "prefix",
+    "shared_prefix",
     "prepare",
     "aggregation",
     "backlog",
@@ -251,6 +255,47 @@ def prefix(rows: list[Row], notes: list[str]) -> None:
     notes.append(
         "prefix (simulated server, LRU of 2 prefixes, latency 2 ms + 0.02 ms per uncached token, "
         f"4 in flight): grouped {grouped['seconds']:.2f} s, input order {plain['seconds']:.2f} s"
+    )
+
+
+def shared_prefix(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import shared_prefix as bench
+
+    r = bench.measure()
+    shared, unshared = r["shared"], r["unshared"]
+    figure = f"shared prefix: {r['n']}-request batch on the embedded model through the local stack"
+    rows.append(
+        Row(
+            f"{figure}, one ~{r['common']}-token system prompt vs each line's own (create to completed)",
+            f"{shared['seconds']:.1f} s",
+            f"{unshared['seconds']:.1f} s (unshareable)",
+            r["ratio"],
+            ">= 4",
+            r["ratio"] >= 4,
+        )
+    )
+    rows.append(
+        Row(
+            f"{figure}: the batch's cached_tokens vs the prompt tokens a cache of every earlier prompt "
+            "skips (each prompt's longest prefix shared with an earlier one)",
+            f"{shared['cached_tokens']:,} tokens",
+            f"{r['ideal_skip']:,} tokens",
+            shared["cached_tokens"] / r["ideal_skip"],
+            "= 1",
+            shared["cached_tokens"] == r["ideal_skip"],
+        )
+    )
+    loads = ", ".join(f"{x:.1f}" for x in r["loads"])
+    computed = shared["prompt_tokens"] - shared["cached_tokens"]
+    longer = unshared["prompt_tokens"] - shared["prompt_tokens"]
+    notes.append(
+        f"shared_prefix (load average before each batch and after the last {loads}): shared: "
+        f"{shared['prompt_tokens']:,} prompt tokens, {shared['cached_tokens']:,} cached "
+        f"({shared['lines_cached']} of {r['n']} lines), so {computed:,} computed; unshareable: "
+        f"{unshared['prompt_tokens']:,} prompt tokens, {unshared['cached_tokens']:,} cached "
+        f"({unshared['lines_cached']} lines; its prompts share {r['unshared_common']} tokens); the "
+        f"unshareable batch's prompt tokens minus those the shared batch computed: "
+        f"{unshared['prompt_tokens'] - computed:,} (its system prompts are {longer} tokens longer in all)"
     )
 
 
@@ -464,6 +509,7 @@ def _run_section(section: str, rows: list[Row], notes: list[str], worker_rate: f
         "embedded": embedded,
         "embeddings": embeddings,
         "prefix": prefix,
+        "shared_prefix": shared_prefix,
         "prepare": prepare,
         "aggregation": aggregation,
         "backlog": backlog,
