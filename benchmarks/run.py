@@ -264,6 +264,7 @@ def shared_prefix(rows: list[Row], notes: list[str]) -> None:
     r = bench.measure()
     shared, unshared = r["shared"], r["unshared"]
     figure = f"shared prefix: {r['n']}-request batch on the embedded model through the local stack"
+    once = (r["n"] - 1) * r["common"]
     rows.append(
         Row(
             f"{figure}, one ~{r['common']}-token system prompt vs each line's own (create to completed)",
@@ -276,13 +277,13 @@ def shared_prefix(rows: list[Row], notes: list[str]) -> None:
     )
     rows.append(
         Row(
-            f"{figure}: the batch's cached_tokens vs the prompt tokens a cache of every earlier prompt "
-            "skips (each prompt's longest prefix shared with an earlier one)",
+            f"{figure}: the batch's cached_tokens vs {r['n'] - 1} x the {r['common']} tokens all its prompts "
+            "share (the system prompt computed once)",
             f"{shared['cached_tokens']:,} tokens",
-            f"{r['ideal_skip']:,} tokens",
-            shared["cached_tokens"] / r["ideal_skip"],
-            "= 1",
-            shared["cached_tokens"] == r["ideal_skip"],
+            f"{once:,} tokens",
+            shared["cached_tokens"] / once,
+            f">= 1, <= {r['ideal_skip'] / once:.4f} (every earlier prompt cached)",
+            once <= shared["cached_tokens"] <= r["ideal_skip"],
         )
     )
     loads = ", ".join(f"{x:.1f}" for x in r["loads"])
@@ -291,7 +292,9 @@ def shared_prefix(rows: list[Row], notes: list[str]) -> None:
     notes.append(
         f"shared_prefix (load average before each batch and after the last {loads}): shared: "
         f"{shared['prompt_tokens']:,} prompt tokens, {shared['cached_tokens']:,} cached "
-        f"({shared['lines_cached']} of {r['n']} lines), so {computed:,} computed; unshareable: "
+        f"({shared['lines_cached']} of {r['n']} lines; cached tokens x lines "
+        f"{', '.join(f'{t} x {n}' for t, n in shared['per_line'])}; {r['ideal_skip']:,} if every earlier "
+        f"prompt were cached), so {computed:,} computed; unshareable: "
         f"{unshared['prompt_tokens']:,} prompt tokens, {unshared['cached_tokens']:,} cached "
         f"({unshared['lines_cached']} lines; its prompts share {r['unshared_common']} tokens); the "
         f"unshareable batch's prompt tokens minus those the shared batch computed: "

@@ -5,12 +5,13 @@ system prompt starts with its own word, so no two prompts share more than the ch
 few tokens), in the same run and the same warm stack.
 
 What is compared besides the seconds: the batch's `usage.input_tokens_details.cached_tokens` (the
-prompt tokens the engine took from its KV cache instead of computing) against the tokens a schedule
-that computes each shared prefix once skips: for each prompt after the first, the longest prefix it
-shares with an earlier one (31 x the ~668 tokens all 32 rendered prompts have in common, plus a
-token where two reviews' numbers start alike; counted here with the model's own tokenizer and chat
-template), and the unshareable batch's cached tokens (0 expected). The prompt tokens the engine
-computed for a batch are its prompt tokens minus its cached tokens.
+prompt tokens the engine took from its KV cache instead of computing; the prompt tokens it computed
+are the batch's prompt tokens minus those) against what the shared system prompt computed once
+skips: 31 x the 668 tokens all 32 rendered prompts have in common (counted here with the model's own
+tokenizer and chat template). At most, a cache of every earlier prompt skips a token more on the
+lines whose review number starts like an earlier line's ("Review 1" and "Review 1x"): the engine's
+cache is its 16 KV streams, so it holds only the recent prompts and may miss some of those. The
+unshareable batch's cached tokens: 0 expected.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -215,12 +217,14 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
         "prompt_tokens": usage["input_tokens"],
         "cached_tokens": usage["input_tokens_details"]["cached_tokens"],
         "lines_cached": sum(n > 0 for n in per_line),
+        "per_line": sorted(Counter(per_line).items()),
     }
 
 
 def measure(n: int = N_REQUESTS) -> dict[str, Any]:
     """The unshareable batch, then the shared one, on one warm stack: each one's seconds (create to
-    completed), prompt and cached tokens (the batch's usage) and lines with cached tokens; the load
+    completed), prompt and cached tokens (the batch's usage), lines with cached tokens and how many
+    lines had each cached count (`per_line`: (cached tokens, lines) pairs); the load
     average before each and after the last; the tokens all the shared prompts have in common
     (`common`) and what a cache of every earlier prompt skips (`ideal_skip`, at least
     `(n - 1) * common`)."""
