@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import Row
+
 MODEL = "smollm2-135m-instruct"
 MAX_TOKENS = 8
 N_REQUESTS = 32
@@ -248,6 +250,49 @@ def measure(n: int = N_REQUESTS) -> dict[str, Any]:
         "loads": loads,
         "at": time.strftime("%H:%M:%S"),
     }
+
+
+def report(r: dict[str, Any], rows: list[Row], notes: list[str]) -> None:
+    """Add `measure`'s result `r` to `make bench`'s report: its two rows (the seconds, the cached tokens)
+    and one note."""
+    shared, unshared = r["shared"], r["unshared"]
+    figure = f"shared prefix: {r['n']}-request batch on the embedded model through the local stack"
+    once = (r["n"] - 1) * r["common"]
+    rows.append(
+        Row(
+            f"{figure}, one ~{r['common']}-token system prompt vs each line's own (create to completed)",
+            f"{shared['seconds']:.1f} s",
+            f"{unshared['seconds']:.1f} s (unshareable)",
+            r["ratio"],
+            ">= 4",
+            r["ratio"] >= 4,
+        )
+    )
+    rows.append(
+        Row(
+            f"{figure}: the batch's cached_tokens vs {r['n'] - 1} x the {r['common']} tokens all its prompts "
+            "share (the system prompt computed once)",
+            f"{shared['cached_tokens']:,} tokens",
+            f"{once:,} tokens",
+            shared["cached_tokens"] / once,
+            f">= 1, <= {r['ideal_skip'] / once:.4f} (every earlier prompt cached)",
+            once <= shared["cached_tokens"] <= r["ideal_skip"],
+        )
+    )
+    loads = ", ".join(f"{x:.1f}" for x in r["loads"])
+    computed = shared["prompt_tokens"] - shared["cached_tokens"]
+    longer = unshared["prompt_tokens"] - shared["prompt_tokens"]
+    notes.append(
+        f"shared_prefix (load average before each batch and after the last {loads}): shared: "
+        f"{shared['prompt_tokens']:,} prompt tokens, {shared['cached_tokens']:,} cached "
+        f"({shared['lines_cached']} of {r['n']} lines; cached tokens x lines "
+        f"{', '.join(f'{t} x {n}' for t, n in shared['per_line'])}; {r['ideal_skip']:,} if every earlier "
+        f"prompt were cached), so {computed:,} computed; unshareable: "
+        f"{unshared['prompt_tokens']:,} prompt tokens, {unshared['cached_tokens']:,} cached "
+        f"({unshared['lines_cached']} lines; its prompts share {r['unshared_common']} tokens); the "
+        f"unshareable batch's prompt tokens minus those the shared batch computed: "
+        f"{unshared['prompt_tokens'] - computed:,} (its system prompts are {longer} tokens longer in all)"
+    )
 
 
 if __name__ == "__main__":
