@@ -12,6 +12,9 @@ then the AWS calls per 1,000 requests by operation and the cost per million requ
 4. aggregation: merging shard results vs a raw S3 copy of the same bytes;
    prefix (benchmarks/prefix_server.py): a simulated prefix-caching server, the worker grouping a
    batch's sharers of a system prompt vs launching in input order (uncached prompt tokens);
+   shared_prefix (benchmarks/shared_prefix.py): a 32-request batch sharing a ~675-token system prompt
+   through the local stack on the embedded model vs the same batch made unshareable, and its cached
+   tokens vs the tokens a prefix computed once skips;
 5. backlog (benchmarks/backlog.py): 4 accounts' 12 batches against a server far smaller than the
    demand, every fault at 2%: nothing lost, duplicated or failed unrun, small accounts first;
 6. AWS calls per 1,000 requests, and cost per million requests.
@@ -46,6 +49,7 @@ SECTIONS = (
     "embedded",
     "embeddings",
     "prefix",
+    "shared_prefix",
     "prepare",
     "aggregation",
     "backlog",
@@ -252,6 +256,12 @@ def prefix(rows: list[Row], notes: list[str]) -> None:
         "prefix (simulated server, LRU of 2 prefixes, latency 2 ms + 0.02 ms per uncached token, "
         f"4 in flight): grouped {grouped['seconds']:.2f} s, input order {plain['seconds']:.2f} s"
     )
+
+
+def shared_prefix(rows: list[Row], notes: list[str]) -> None:
+    from benchmarks import shared_prefix as bench
+
+    bench.report(bench.measure(), rows, notes)
 
 
 def prepare(rows: list[Row], notes: list[str]) -> None:
@@ -464,6 +474,7 @@ def _run_section(section: str, rows: list[Row], notes: list[str], worker_rate: f
         "embedded": embedded,
         "embeddings": embeddings,
         "prefix": prefix,
+        "shared_prefix": shared_prefix,
         "prepare": prepare,
         "aggregation": aggregation,
         "backlog": backlog,
