@@ -205,6 +205,20 @@ def messages_held(queue_url: str, region: str) -> int:
     return len(sqs_backends[account][region].get_queue(name)._messages)
 
 
+def describe_messages(queue_url: str, region: str) -> list[str]:
+    """One line per message the in-process moto's queue at `queue_url` holds: its state (visible, in
+    flight, delayed), receive count and the start of its body; for the message of a stack that stays
+    busy."""
+    from moto.sqs.models import sqs_backends
+
+    account, name = urlsplit(queue_url).path.strip("/").split("/")
+    lines = []
+    for message in list(sqs_backends[account][region].get_queue(name)._messages):
+        state = "delayed" if message.delayed else "visible" if message.visible else "in flight"
+        lines.append(f"{name}: {state}, received {message.approximate_receive_count}x: {message.body[:160]}")
+    return lines
+
+
 _partition = threading.local()
 
 

@@ -41,7 +41,7 @@ from .functions import (
 )
 from .http import HttpApiServer, Route, Router
 from .lambda_env import concurrency_limit, function_environ
-from .moto_compat import complete_s3_notification, messages_held
+from .moto_compat import complete_s3_notification, describe_messages, messages_held
 from .moto_server import MotoServer, ProcessEnviron
 from .pollers import Poller, SchedulePoller, SqsPoller, StreamPoller
 from .resources import Resources, create_resources
@@ -255,8 +255,14 @@ class TemplateStack:
             ):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"local stack still busy after {timeout} s")
+                raise TimeoutError(f"local stack still busy after {timeout} s: {self._busy_report()}")
             time.sleep(0.05)
+
+    def _busy_report(self) -> str:
+        held = [line for url in self._consumed_queues for line in describe_messages(url, LOCAL_REGION)]
+        streams = [source for source in self._sources if isinstance(source, StreamPoller)]
+        unread = sum(source.caught_up_at <= 0 for source in streams)
+        return f"{self.activity.busy} invocations running; messages held: {held}; {unread} streams never read"
 
     # ------------------------------------------------------------------ what tests and the CLI see
     @property

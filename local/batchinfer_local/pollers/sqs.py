@@ -193,10 +193,16 @@ class SqsPoller(Poller):
     def _run_batch(self, messages: list[dict[str, Any]]) -> None:
         try:
             with self.function.activity.running():
-                self._process(messages)
+                try:
+                    self._process(messages)
+                except Exception:
+                    if self._stopping.is_set():
+                        return
+                    log.exception("%s: a batch could not be settled, it will be redelivered", self.name)
+                    self._settle(messages, {message["MessageId"] for message in messages})
         except Exception:
             if not self._stopping.is_set():
-                log.exception("%s: a batch could not be settled", self.name)
+                log.exception("%s: a batch could not be made visible again", self.name)
         finally:
             self._slots.release()
 
