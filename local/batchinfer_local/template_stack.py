@@ -261,8 +261,8 @@ class TemplateStack:
     def _busy_report(self) -> str:
         held = [line for url in self._consumed_queues for line in describe_messages(url, LOCAL_REGION)]
         streams = [source for source in self._sources if isinstance(source, StreamPoller)]
-        unread = sum(source.caught_up_at <= 0 for source in streams)
-        return f"{self.activity.busy} invocations running; messages held: {held}; {unread} streams never read"
+        behind = [source.name for source in streams if time.monotonic() - source.caught_up_at > 5]
+        return f"{self.activity.busy} invocations running; messages held: {held}; streams behind: {behind}"
 
     # ------------------------------------------------------------------ what tests and the CLI see
     @property
