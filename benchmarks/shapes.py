@@ -114,7 +114,7 @@ class Invocations:
 
 def breakdown(calls: Invocations, created: float, done: float, server: dict[str, Any]) -> dict[str, float]:
     """Seconds from create to each of `PHASES` of one batch (None when it did not happen)."""
-    prepare = calls.since(created, "PrepareFunction")
+    prepare = calls.since(created - 0.5, "PrepareFunction")  # its clock may start after the API call
     workers = calls.since(created, "ShardWorkerFunction")
     last = server["last_at"] or done
     aggregator = [c for c in calls.since(created, "AggregatorFunction") if c[1] >= last]
@@ -227,6 +227,45 @@ def summary(result: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def report(result: dict[str, Any], rows: list[Any], notes: list[str]) -> str:
+    """`make bench`'s rows (each shape's median against the SDK's, >= 0.95; the large batch against
+    C/L, >= 0.95) and note; returns the shapes' table with their breakdown."""
+    from benchmarks.common import Row
+
+    shapes = summary(result)
+    for r in shapes:
+        rows.append(
+            Row(
+                f"shapes: {_label(r['shape'])}, median of {len(r['ratios'])} runs vs the SDK told C",
+                f"{r['batch_rps']:.1f} req/s",
+                f"{r['sdk_rps']:.1f} req/s",
+                r["ratio"],
+                ">= 0.95",
+                r["ratio"] >= 0.95,
+            )
+        )
+    big = result["large"]
+    if big:
+        ideal = LARGE[1] / LARGE[2]
+        rows.append(
+            Row(
+                f"shapes: {_label(LARGE)} vs C/L",
+                f"{big['rps']:.1f} req/s",
+                f"C/L {ideal:.0f} req/s",
+                big["rps"] / ideal,
+                ">= 0.95",
+                big["rps"] / ideal >= 0.95,
+            )
+        )
+        notes.append(f"shapes: the {LARGE[3]:,}-request batch's breakdown: {_phases(big['phases'])}")
+    warm = result["warm"]
+    notes.append(
+        f"shapes: seconds from create (a 1-request batch: {_phases(warm['phases'])}); 429s per worker "
+        "process, largest first (a port whose process was not seen counts alone)"
+    )
+    return table(shapes)
 
 
 def _label(shape: tuple) -> str:
