@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import markdown_table
-from benchmarks.grid import Server, run_batch, run_sdk
+from benchmarks.grid import Server, run_batch, run_sdk, sim_registry
 
 # (kind, C, L seconds, requests)
 SHAPES = (("refusing", 32, 0.2, 2000), ("refusing", 128, 1.0, 4000), ("queueing", 128, 1.0, 4000))
@@ -169,15 +169,7 @@ def measure(runs: int = RUNS, large: bool = True, say: Any = print) -> dict[str,
     models = {shape: f"sim-{shape[0]}-{shape[1]}-{shape[2]:g}" for shape in (*SHAPES, LARGE)}
     got: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     with Server() as server, tempfile.TemporaryDirectory() as tmp:
-        registry = Path(tmp) / "models.yaml"
-        registry.write_text(
-            "models:\n"
-            + "".join(
-                f"  {m}:\n    backend: openai\n    base_url: {server.base_url}\n    model: sim\n"
-                "    timeout: 600\n"
-                for m in {*models.values(), "sim-warm"}
-            )
-        )
+        registry = sim_registry(Path(tmp), server.base_url, [*models.values(), "sim-warm"])
         with LocalStack(port=0, function_environment={"MODEL_REGISTRY": str(registry)}) as stack:
             client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key, timeout=300)
             server.configure(kind="refusing", capacity=8, latency=0.01)
