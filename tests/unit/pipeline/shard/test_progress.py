@@ -54,3 +54,21 @@ def test_the_link_publishes_its_window_and_reads_the_running_workers(monkeypatch
 
     # Then its window is on the header, and the windows of the workers running are its own and shard 1's
     assert (sent[0].window, sorted(link.windows)) == (12, [12, 20])
+
+
+def test_a_new_link_knows_the_windows_of_the_workers_running_when_it_claimed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a header read at the claim: shard 1 running at 20, shard 2 gone, shard 0's own old entry
+    monkeypatch.setattr(progress, "now", lambda: 100)
+    live = {
+        "0": LiveProgress(start=0, at=99, window=30),
+        "1": LiveProgress(start=0, at=98, window=20),
+        "2": LiveProgress(start=0, at=90, window=50),
+    }
+
+    # When shard 0's link is made, and shard 3's with nothing running
+    link, alone = ProgressLink("batch_1", 0, 0, live["0"], live), ProgressLink("batch_1", 3, 0, None, {})
+
+    # Then its windows are shard 1's and its own, not known yet (its share: half of 20)
+    assert (link.windows, alone.windows) == ([20, None], [])

@@ -71,6 +71,12 @@ def ending_of(header: BatchHeader | None, at: int) -> Ending | None:
     return None
 
 
+def running_windows(live: dict[str, LiveProgress], at: int) -> list[int | None]:
+    """The windows of the workers running at Unix time `at` (`live` entries published within
+    `STALE_SECONDS`; None: a worker whose limiter is still in startup)."""
+    return [p.window for p in live.values() if p.at >= at - STALE_SECONDS]
+
+
 class ProgressLink:
     """The shard worker's live link to its batch (GET shows progress; a cancel reaches the
     worker): one write per interval.
@@ -87,12 +93,23 @@ class ProgressLink:
     what their limiters found (`backends.limiter.AdaptiveLimiter.share_with`).
     """
 
-    def __init__(self, batch_id: str, shard_no: int, start: int, published: LiveProgress | None) -> None:
+    def __init__(
+        self,
+        batch_id: str,
+        shard_no: int,
+        start: int,
+        published: LiveProgress | None,
+        others: dict[str, LiveProgress] | None = None,
+    ) -> None:
+        """`published`: this shard's `live` entry when claimed; `others`: the header's `live` map then,
+        whose running workers' windows (and this one, not yet published) are `windows` until the first
+        `publish`: a worker starts at its share of what the others found."""
         self.batch_id, self.shard_no, self.start = batch_id, shard_no, start
         same = published is not None and published.start == start
         self.floor = {name: getattr(published, name) if same else 0 for name in COUNTS}
         self.ending: Ending | None = None
-        self.windows: list[int | None] = []
+        running = {k: p for k, p in (others or {}).items() if k != str(shard_no)}
+        self.windows: list[int | None] = [*running_windows(running, now()), None] if running else []
 
     def publish(self, counts: dict[str, int], window: int | None = None) -> Ending | None:
         """Publish `counts` (the window's finished requests) and the limiter's `window`; the batch's
@@ -106,8 +123,7 @@ class ProgressLink:
         )
         header = batches.publish_progress(self.batch_id, self.shard_no, progress)
         self.ending = self.ending or ending_of(header, at)
-        live = header.live.values() if header is not None else ()
-        self.windows = [p.window for p in live if p.at >= at - STALE_SECONDS]
+        self.windows = running_windows(header.live if header is not None else {}, at)
         return self.ending
 
     def rest_after(self, counts: dict[str, int], end: int) -> LiveProgress | None:
