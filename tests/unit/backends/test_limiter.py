@@ -451,6 +451,15 @@ def test_four_workers_of_a_batch_on_a_jittery_server_share_fairly(kind: str) -> 
     assert 0.2 <= min(r["shares"]) <= max(r["shares"]) <= 0.3, r["shares"]
 
 
+# The shapes bench's large servers: a 4,000-request batch's 8 shards start together on C = 128, L = 1 s,
+# sharing every second, a round every second too (a share that restarted the round never ended one).
+@pytest.mark.parametrize("kind", ["refusing", "queueing"])
+def test_eight_workers_of_a_batch_at_one_second_keep_the_server_full(kind: str) -> None:
+    r = simulate(kind, 128, 1.0, 20 * 128, clients=8, shared=1.0)
+    assert r["rate"] >= 0.9 * 128 / 1.0
+    assert 0.1 <= min(r["shares"]) <= max(r["shares"]) <= 0.15, r["shares"]
+
+
 def test_shared_capacity_splits_the_sum_of_the_known_windows() -> None:
     shared = SharedCapacity()
     assert shared.share([None, None]) is None  # all still in startup

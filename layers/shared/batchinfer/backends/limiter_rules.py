@@ -222,17 +222,18 @@ class LimitController:
         return self.limit if self.latency and self.state == LimiterState.STEADY else None
 
     def adopt(self, share: float, now: float) -> bool:
-        """Take `share` (`SharedCapacity.share`) as the window, in startup (the others found the
-        backend's capacity: this worker leaves startup at its share) or when the window is more than
-        `SHARE_TOLERANCE` from it; the rules go on from there (a new epoch: answers to requests sent
-        before say nothing of the new window). Returns whether the window moved."""
-        near = abs(self.window - share) <= max(1.0, SHARE_TOLERANCE * share)
-        if self.state == LimiterState.STEADY and near:
+        """Take `share` (`SharedCapacity.share`) as the window: in startup (the others found the
+        backend's capacity: this worker leaves startup at its share, a new epoch), or when the window is
+        more than `SHARE_TOLERANCE` from it (the round and the probe go on: a new round at every share
+        would never end one on a backend slower than the shares come, L = 1 s). Returns whether the
+        window moved."""
+        if self.state == LimiterState.STARTUP:
+            self._cut(share, now)
+            self.cuts -= 1  # not a cut: counted in `adopted`
+        elif abs(self.window - share) > max(1.0, SHARE_TOLERANCE * share):
+            self._set(share)
+        else:
             return False
-        self._cut(share, now)
-        self.cuts -= 1  # not a cut: counted in `adopted`
-        self._check = None
-        self._suspect = False
         self.adopted += 1
         return True
 
