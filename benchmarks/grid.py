@@ -221,6 +221,20 @@ def _cost(batch: dict[str, Any], n: int) -> float:
     return sum(dollars for _, dollars, _ in cost_per_million(result, worker_ms, "grid cell"))
 
 
+def sim_registry(directory: Path, base_url: str, models: list[str]) -> Path:
+    """`directory`/models.yaml naming each of `models` an `openai` backend at `base_url` (the simulated
+    server's model `sim`, a 600 s timeout); its path."""
+    registry = directory / "models.yaml"
+    registry.write_text(
+        "models:\n"
+        + "".join(
+            f"  {m}:\n    backend: openai\n    base_url: {base_url}\n    model: sim\n    timeout: 600\n"
+            for m in models
+        )
+    )
+    return registry
+
+
 def cells(
     kinds: tuple[str, ...], capacities: tuple[int, ...], latencies: tuple[float, ...], tpm: bool
 ) -> list[dict[str, Any]]:
@@ -253,15 +267,7 @@ def measure(
     rows: list[dict[str, Any]] = []
     started, loads = time.monotonic(), []
     with Server() as server, tempfile.TemporaryDirectory() as tmp:
-        registry = Path(tmp) / "models.yaml"
-        registry.write_text(
-            "models:\n"
-            + "".join(
-                f"  {c['model']}:\n    backend: openai\n    base_url: {server.base_url}\n    model: sim\n"
-                "    timeout: 600\n"
-                for c in [*grid, {"model": WARM_MODEL}]
-            )
-        )
+        registry = sim_registry(Path(tmp), server.base_url, [*(c["model"] for c in grid), WARM_MODEL])
         with LocalStack(
             port=0,
             parameter_overrides={"ShardSize": str(SHARD_SIZE)},

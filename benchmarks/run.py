@@ -5,6 +5,9 @@ then the AWS calls per 1,000 requests by operation and the cost per million requ
 
 0. the grid (benchmarks/grid.py): whole batches through the local stack against refusing, queueing and
    tokens-per-minute servers x C x L, vs the `openai` SDK told C and vs C/L, with each cell's cost;
+   shapes (benchmarks/shapes.py): three servers a batch must serve as fast as the SDK loop (median of
+   3 runs), each batch's time from create to `completed` by phase, 429s per worker; a 20,000-request
+   batch vs C/L;
 1. backend saturation: the shard worker vs C/L of a simulated backend, and a plain asyncio client;
 2. embedded model: a 32-request batch through the local stack vs the single-sequence path and the
    raw batched-decode ceiling (benchmarks/ceiling.py);
@@ -45,6 +48,7 @@ from benchmarks.common import HEADER, Row, markdown_table
 
 SECTIONS = (
     "grid",
+    "shapes",
     "saturation",
     "embedded",
     "embeddings",
@@ -258,6 +262,12 @@ def prefix(rows: list[Row], notes: list[str]) -> None:
     )
 
 
+def shapes(rows: list[Row], notes: list[str]) -> str:
+    from benchmarks import shapes as bench
+
+    return bench.report(bench.measure(say=_say), rows, notes)
+
+
 def shared_prefix(rows: list[Row], notes: list[str]) -> None:
     from benchmarks import shared_prefix as bench
 
@@ -466,6 +476,8 @@ def _run_section(section: str, rows: list[Row], notes: list[str], worker_rate: f
     """Run one section, adding its rows and notes; returns its table, or the saturation result."""
     if section == "grid":
         return grid(rows, notes)
+    if section == "shapes":
+        return shapes(rows, notes)
     if section == "saturation":
         return saturation(rows, notes)
     if section == "aws":
@@ -497,7 +509,7 @@ def main() -> None:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     rows: list[Row] = []
     notes: list[str] = []
-    tables = {"grid": "", "aws": ""}
+    tables = {"grid": "", "shapes": "", "aws": ""}
     worker_rate = None
     when, started = datetime.now(UTC), time.monotonic()
     machine = f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start."
@@ -517,7 +529,7 @@ def main() -> None:
             )
         for row in rows[before:]:
             _say(" | ".join(row.cells()))
-    body = report(rows, [tables["grid"], tables["aws"]], notes)
+    body = report(rows, [tables["grid"], tables["shapes"], tables["aws"]], notes)
     seconds = time.monotonic() - started
     print(body)
     print(f"{len(chosen)} sections in {seconds:.0f} s on {os.cpu_count()} CPUs")

@@ -17,7 +17,10 @@ Kinds (all answer `POST .../chat/completions` with a fixed chat.completion after
 
 Stats: `GET /stats` -> JSON {kind, capacity, latency, in_system, peak (max concurrent in the server,
 queued included), max_queue, served, refused, connections, cpu_s, series: [[t, in_system, queue_max,
-served]...] every 100 ms}; `POST /reset` zeroes the counters (between runs; a bucket is refilled).
+served]...] every 100 ms, first_at / last_at (Unix time of the first chat request received and of
+the last answer sent, null before), refused_by_port {client port: 429s} (a client process is found
+from its ports, `benchmarks.shapes.port_owners`)}; `POST /reset` zeroes the counters (between runs;
+a bucket is refilled).
 With `--record` the server also counts the chat requests it received (admitted or refused) by the
 content of each one's last message: `GET /received` -> JSON {content: count} (the backlog benchmark
 names each line in its message, benchmarks/backlog.py).
@@ -119,6 +122,9 @@ class Sim:
         self.series: list[list[float]] = []
         self._bucket_queue_max = 0
         self.cpu0 = time.process_time()
+        self.first_at: float | None = None
+        self.last_at: float | None = None
+        self.refused_by_port: Counter[int] = Counter()
 
     def _tick(self) -> None:
         self.series.append(
@@ -145,16 +151,22 @@ class Sim:
             "cpu_s": round(time.process_time() - self.cpu0, 3),
             "rusage_max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "series": self.series,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "refused_by_port": self.refused_by_port,
         }
 
     def chat(self, proto: ChatProtocol, body: bytes) -> None:
         """Admit, refuse or queue one chat completion request; answer it on `proto` when done."""
         now = self.loop.time()
+        if self.first_at is None:
+            self.first_at = time.time()
         if self.record:  # a json.loads per request (~10 us): only when asked for
             self.received[json.loads(body)["messages"][-1]["content"]] += 1
         if self.kind == "refusing":
             if self.in_system >= self.capacity:
                 self.refused += 1
+                self.refused_by_port[proto.port] += 1
                 proto.send(_response(429, _OVERLOADED))
                 return
             done = now + self.latency
@@ -169,6 +181,7 @@ class Sim:
             cost = len(body) / 4.0 + _max_tokens(body)
             if self.tokens < cost or (self.capacity and self.in_system >= self.capacity):
                 self.refused += 1
+                self.refused_by_port[proto.port] += 1
                 wait = max(0.001, (cost - self.tokens) / rate)
                 proto.send(
                     _response(
@@ -196,6 +209,7 @@ class Sim:
     def _finish(self, proto: ChatProtocol) -> None:
         self.in_system -= 1
         self.served += 1
+        self.last_at = time.time()
         proto.send(_response(200, b"%s%d%s" % (_COMPLETION_HEAD, self.served, _COMPLETION_TAIL)))
 
 
@@ -221,9 +235,11 @@ class ChatProtocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.close_after = False
+        self.port = 0  # the client's port (its process: `refused_by_port`)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.port = (transport.get_extra_info("peername") or ("", 0))[1]
         self.sim.clients.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

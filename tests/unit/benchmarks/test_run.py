@@ -71,8 +71,8 @@ def test_a_full_run_writes_latest_and_a_dated_copy(tmp_path: Path) -> None:
     assert written == [dated, latest]
     expected = (
         "# `make bench`, 2026-12-03 17:05 UTC\n\n"
-        "10 sections (grid, saturation, embedded, embeddings, prefix, shared_prefix, prepare, aggregation, "
-        "backlog, aws) in 61 s; commit "
+        "11 sections (grid, shapes, saturation, embedded, embeddings, prefix, shared_prefix, prepare, "
+        "aggregation, backlog, aws) in 61 s; commit "
         "`abc1234`. 2 CPUs, load average 0.5 at the start.\n\n" + body
     )
     assert dated.read_text() == expected

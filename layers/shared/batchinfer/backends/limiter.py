@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections import deque
 
-from batchinfer.backends.limiter_rules import LimitController, Permit
+from batchinfer.backends.limiter_rules import LimitController, Permit, SharedCapacity
 
 __all__ = ["AdaptiveLimiter"]
 
@@ -55,6 +55,7 @@ class AdaptiveLimiter:
         self._probe: asyncio.TimerHandle | None = None
         self._probe_due = 0.0
         self.lag_probe = lag_probe
+        self.shared = SharedCapacity()
 
     @property
     def limit(self) -> int:
@@ -161,6 +162,13 @@ class AdaptiveLimiter:
         if self.trace is not None:
             self.trace.append((now, self.limit, self.in_flight))
         self._wake()
+
+    def share_with(self, windows: list[int | None]) -> None:
+        """Move to this worker's share of what the workers of its batch learned together: `windows`,
+        every running worker's published window (`LimitController.published`), this one's included."""
+        share = self.shared.share(windows)
+        if share is not None and self.control.adopt(share, self.clock()):
+            self._wake()
 
     def give_back(self, permit: Permit) -> None:
         """Hand back a `permit` never used to send a request: the limit does not change."""

@@ -1,7 +1,8 @@
 """The rules of the adaptive limiter (`batchinfer.backends.limiter`), pure: the limit and what moves it
-(`LimitController`) and the signals it reads (`vegas_queue`, `capacity_estimate`, `queue_band`,
-`probe_step`, `WindowedMin`). No asyncio: the caller passes times (seconds, any monotonic origin) and
-counts, so unit tests drive them with exact values.
+(`LimitController`), the signals it reads (`vegas_queue`, `capacity_estimate`, `queue_band`,
+`probe_step`, `WindowedMin`) and what the workers of one batch learned together (`SharedCapacity`).
+No asyncio: the caller passes times (seconds, any monotonic origin) and counts, so unit tests drive
+them with exact values.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ __all__ = [
     "LimitController",
     "LimiterState",
     "Permit",
+    "SharedCapacity",
     "WindowedMin",
     "capacity_estimate",
     "probe_step",
@@ -26,6 +28,9 @@ __all__ = [
 STARTUP_WAITED = 0.1
 # A latency cut is undone when the next round's throughput (w / rtt) is this fraction below the last.
 CUT_LOSS = 0.1
+# A window is moved to its share of what the workers learned together (`LimitController.adopt`) when it
+# is further than this fraction from it: closer, it is the limiter's own probing.
+SHARE_TOLERANCE = 0.05
 
 
 class LimiterState(StrEnum):
@@ -90,6 +95,31 @@ class WindowedMin:
         """The minimum, or None before any sample."""
         best = min(self._current, self._previous)
         return None if best == math.inf else best
+
+
+class SharedCapacity:
+    """What the shard workers of one batch learned of their backend together, from the windows they
+    publish with their progress (`pipeline.shard.progress.ProgressLink`): the backend holds about the
+    sum of the steady windows (each cut by the refusals or the queue it met), so each worker's fair
+    share is that sum over the workers running. When fewer workers run than at the last look (one
+    ended, its window left the sum), the last sum stands: the ended worker's share goes to those left
+    instead of being probed for again.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, int] = (0, 0)  # (workers, sum) at the last look
+
+    def share(self, windows: list[int | None]) -> float | None:
+        """Each worker's share, given every running worker's published window (None: a worker still in
+        startup, or one that does not adapt); None when no window is known."""
+        known = [w for w in windows if w is not None]
+        if not known:
+            return None
+        workers, total = len(windows), sum(known)
+        if workers < self._last[0]:
+            total = max(total, self._last[1])
+        self._last = (workers, total)
+        return total / workers
 
 
 @dataclass(slots=True)
@@ -158,7 +188,7 @@ class LimitController:
         self.delivered = 0  # successful answers so far
         self.estimate = None  # type: float | None  # the last round's capacity estimate
         # counters, for logs and tests
-        self.refusals = self.rate_limits = self.cuts = self.rounds = 0
+        self.refusals = self.rate_limits = self.cuts = self.rounds = self.adopted = 0
 
     @property
     def limit(self) -> int:
@@ -185,6 +215,27 @@ class LimitController:
         self.state = LimiterState.STEADY
         self._round_mark = None
         self._new_round(now)  # of requests sent from now on
+
+    def published(self) -> int | None:
+        """The window this worker tells the others (`SharedCapacity`): its limit once steady (a window
+        in startup says nothing of the backend yet); None when the limit does not adapt."""
+        return self.limit if self.latency and self.state == LimiterState.STEADY else None
+
+    def adopt(self, share: float, now: float) -> bool:
+        """Take `share` (`SharedCapacity.share`) as the window: in startup (the others found the
+        backend's capacity: this worker leaves startup at its share, a new epoch), or when the window is
+        more than `SHARE_TOLERANCE` from it (the round and the probe go on: a new round at every share
+        would never end one on a backend slower than the shares come, L = 1 s). Returns whether the
+        window moved."""
+        if self.state == LimiterState.STARTUP:
+            self._cut(share, now)
+            self.cuts -= 1  # not a cut: counted in `adopted`
+        elif abs(self.window - share) > max(1.0, SHARE_TOLERANCE * share):
+            self._set(share)
+        else:
+            return False
+        self.adopted += 1
+        return True
 
     def on_success(self, now: float, permit: Permit, rtt: float, lag: float = 0.0) -> None:
         """A request sent with `permit` was answered after `rtt` seconds; `lag`: how late our own event

@@ -52,6 +52,11 @@ class LiveProgress(BaseModel):
     output_tokens: int = 0
     cached_tokens: int = 0
     at: int = 0
+    window: int | None = Field(
+        None,
+        description="the worker's requests allowed in flight on the backend once its limiter found it, "
+        "shared with the batch's other workers (`backends.limiter_rules.SharedCapacity`)",
+    )
 
     def is_empty(self) -> bool:
         """True when it adds nothing to the committed counts."""

@@ -360,8 +360,9 @@ class EndingLink:
     def __init__(self, end_at: int, status: BatchStatus = BatchStatus.CANCELLED) -> None:
         self.end_at, self.published = end_at, []
         self.ending = ENDINGS[status]
+        self.windows: list[int | None] = []  # no other worker
 
-    def publish(self, counts: dict[str, int]) -> Ending | None:
+    def publish(self, counts: dict[str, int], window: int | None = None) -> Ending | None:
         self.published.append(dict(counts))
         return self.ending if len(self.published) >= self.end_at else None
 

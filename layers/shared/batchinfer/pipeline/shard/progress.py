@@ -11,6 +11,10 @@ from batchinfer.data.table import now
 from batchinfer.pipeline.shard.requests import COUNTS, Outcome, Request
 from batchinfer.wire.status import BatchStatus
 
+# A `live` entry not published again for this long (seconds) is a worker that ended or crashed: its
+# window is not one of the running workers' (`ProgressLink.windows`).
+STALE_SECONDS = 5
+
 
 @dataclass(frozen=True, slots=True)
 class Ending:
@@ -67,6 +71,12 @@ def ending_of(header: BatchHeader | None, at: int) -> Ending | None:
     return None
 
 
+def running_windows(live: dict[str, LiveProgress], at: int) -> list[int | None]:
+    """The windows of the workers running at Unix time `at` (`live` entries published within
+    `STALE_SECONDS`; None: a worker whose limiter is still in startup)."""
+    return [p.window for p in live.values() if p.at >= at - STALE_SECONDS]
+
+
 class ProgressLink:
     """The shard worker's live link to its batch (GET shows progress; a cancel reaches the
     worker): one write per interval.
@@ -77,22 +87,43 @@ class ProgressLink:
     never below what an earlier holder of the shard had published for the same window (`floor`, from
     the header read when the shard was claimed): a crashed worker's progress that is lost and redone
     does not make GET's counts go down. One `publish` at a time (`WindowRun` awaits each).
+
+    `publish` also carries the worker's limiter window (`window`), and the header's answer tells the
+    windows of every worker of the batch running now (`windows`, this one's included): the workers share
+    what their limiters found (`backends.limiter.AdaptiveLimiter.share_with`).
     """
 
-    def __init__(self, batch_id: str, shard_no: int, start: int, published: LiveProgress | None) -> None:
+    def __init__(
+        self,
+        batch_id: str,
+        shard_no: int,
+        start: int,
+        published: LiveProgress | None,
+        others: dict[str, LiveProgress] | None = None,
+    ) -> None:
+        """`published`: this shard's `live` entry when claimed; `others`: the header's `live` map then,
+        whose running workers' windows (and this one, not yet published) are `windows` until the first
+        `publish`: a worker starts at its share of what the others found."""
         self.batch_id, self.shard_no, self.start = batch_id, shard_no, start
         same = published is not None and published.start == start
         self.floor = {name: getattr(published, name) if same else 0 for name in COUNTS}
         self.ending: Ending | None = None
+        running = {k: p for k, p in (others or {}).items() if k != str(shard_no)}
+        self.windows: list[int | None] = [*running_windows(running, now()), None] if running else []
 
-    def publish(self, counts: dict[str, int]) -> Ending | None:
-        """Publish `counts` (the window's finished requests); the batch's ending, if it is ending."""
+    def publish(self, counts: dict[str, int], window: int | None = None) -> Ending | None:
+        """Publish `counts` (the window's finished requests) and the limiter's `window`; the batch's
+        ending, if it is ending. Sets `windows`."""
         at = now()
         progress = LiveProgress(
-            start=self.start, at=at, **{n: max(counts.get(n, 0), self.floor[n]) for n in COUNTS}
+            start=self.start,
+            at=at,
+            window=window,
+            **{n: max(counts.get(n, 0), self.floor[n]) for n in COUNTS},
         )
         header = batches.publish_progress(self.batch_id, self.shard_no, progress)
         self.ending = self.ending or ending_of(header, at)
+        self.windows = running_windows(header.live if header is not None else {}, at)
         return self.ending
 
     def rest_after(self, counts: dict[str, int], end: int) -> LiveProgress | None:

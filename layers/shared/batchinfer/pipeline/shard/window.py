@@ -111,8 +111,10 @@ class WindowRun:
     commits before the function is killed.
 
     With a `link`, every `progress_seconds` the finished requests' counts are published on the batch
-    (`ProgressLink.publish`, in a thread: the loop goes on) and its answer may end the batch: then no
-    request is launched any more, requests waiting in the backend's queue are withdrawn
+    (`ProgressLink.publish`, in a thread: the loop goes on) with the limiter's window, the limiter takes
+    its share of what the batch's running workers found (`AdaptiveLimiter.share_with`: they split the
+    backend fairly, and a worker that ends leaves its share to the others), and the answer may end the
+    batch: then no request is launched any more, requests waiting in the backend's queue are withdrawn
     (`backends.base.Withdrawable`: they never reach the model), and those at the model get
     `grace_seconds` (never past `reserve_ms` before the deadline) before they are cut off (the
     ending's `cut` outcome). The publish in flight is awaited before returning, so it never lands
@@ -162,6 +164,8 @@ class WindowRun:
     async def run(self) -> Window:
         """Run the window's requests (see the class); what each one ended in."""
         self.limiter = limiter_for(self.backend, self.concurrency)
+        if self.link is not None and self.limiter.control.latency:  # start at the share the others found
+            self.limiter.share_with(self.link.windows)
         self.latency = latency_for(self.backend)
         self.timed = Timed(self.backend, self.latency)
         self.outcomes = [None] * len(self.requests)
@@ -239,12 +243,17 @@ class WindowRun:
     async def _watch(self, link: ProgressLink) -> None:
         while True:
             await asyncio.sleep(self.progress_seconds)
-            self.publishing[:] = [asyncio.ensure_future(asyncio.to_thread(link.publish, dict(self.finished)))]
+            window = self.limiter.control.published()
+            self.publishing[:] = [
+                asyncio.ensure_future(asyncio.to_thread(link.publish, dict(self.finished), window))
+            ]
             try:
                 ending = await asyncio.shield(self.publishing[0])
             except Exception:  # a throttled write: the next interval tries again
                 logger.warning("progress not published", exc_info=True, extra={"batch_id": self.batch_id})
                 continue
+            if self.limiter.control.latency:  # an in-process engine's window is fixed
+                self.limiter.share_with(link.windows)
             if ending is not None:
                 self.endings.append(ending)
                 if isinstance(self.backend, Withdrawable):

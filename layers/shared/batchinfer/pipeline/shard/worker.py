@@ -151,7 +151,7 @@ def _run_shard(
     shard = shards.claim(batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     if shard is None:
         return ShardResult.DUPLICATE
-    link = ProgressLink(batch_id, shard_no, shard.next_index, header.live.get(str(shard_no)))
+    link = ProgressLink(batch_id, shard_no, shard.next_index, header.live.get(str(shard_no)), header.live)
     renew = functools.partial(shards.renew, batch_id, shard_no, owner=owner, lease_seconds=lease_seconds)
     with LeaseHeartbeat(renew, lease_seconds, batch_id=batch_id, shard=shard_no) as lease:
         run = _ShardRun(message, header, shard, link, lease, owner=owner, time_left_ms=time_left_ms)
