@@ -141,8 +141,14 @@ def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Non
         "max_active_batches": 3,
         "max_creates_per_minute": None,
         "max_infer_in_flight": None,
+        "max_storage_bytes": None,
+        "max_stored_files": None,
+        "max_pending_uploads": None,
+        "max_upload_parts": None,
         "webhook_url": None,
         "webhook_secret": None,
+        "webhook_previous_secret": None,
+        "webhook_previous_until": None,
         "created_at": 1_800_000_000,
     }
     assert configured.allows("s3://b-1") and not configured.allows("s3://c-1")
