@@ -17,7 +17,8 @@ import pytest
 
 from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts, files, s3, storage, uploads
-from batchinfer.data.items import FileRecord
+from batchinfer.data.items import FileRecord, UploadRecord
+from batchinfer.wire.openai import FileObject
 from support.moto_env import Aws, load_event
 
 KEY = "sk-bi-sample-key-for-sam-local-invoke"  # the sample events' key, of account "default"
@@ -214,3 +215,35 @@ def test_concurrent_creates_and_deletes_count_exactly(moto_aws: Aws) -> None:
     # Then one took it, and its bytes came back once
     assert removed.count(True) == 1
     assert used("acct") == (40, 4, 0)
+
+
+def test_an_upload_stored_before_quotas_moves_no_counter(moto_aws: Aws) -> None:
+    # Given two pending uploads stored before reservations were (no `reserved`, no expiry marker)
+    for upload_id in ("upload_old1", "upload_old2"):
+        uploads.put(
+            UploadRecord(
+                id=upload_id,
+                bytes=10,
+                created_at=1_800_000_000,
+                expires_at=1_800_003_600,
+                filename="in.jsonl",
+                purpose="batch",
+                mime_type="application/jsonl",
+                account_id="acct",
+                file_id=f"file-{upload_id}",
+                bucket="data",
+                key=f"uploads/{upload_id}/object",
+            )
+        )
+    # When one is cancelled and the other completed
+    assert uploads.cancel(uploads.get("upload_old1"))
+    file = record(7)
+    assert uploads.complete(
+        uploads.get("upload_old2"),
+        file,
+        FileObject(**file.model_dump(exclude={"account_id", "bucket", "key", "where", "counted"})),
+    )
+    # Then the account's counter never moved, and the file is not counted (its delete gives nothing back)
+    assert files.get("file-7").counted is None
+    assert files.remove(files.get("file-7"))
+    assert used("acct") == (0, 0, 0)

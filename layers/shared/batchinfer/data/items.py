@@ -284,6 +284,9 @@ class UploadRecord(Item):
     file: FileObject | None = None
     parts: int | None = Field(None, description="parts added (`data.uploads.add_part`)")
     part_bytes: int | None = Field(None, description="the bytes of the parts added")
+    reserved: bool | None = Field(
+        None, description="True: its bytes and file are reserved in the account's storage (`data.storage`)"
+    )
 
 
 class UploadPart(Item):

@@ -7,7 +7,7 @@ counter in the transaction that changes the upload, so each does it once."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from boto3.dynamodb.conditions import Key
 
@@ -53,7 +53,7 @@ def create(upload: UploadRecord, limits: storage.StorageLimits) -> None:
     storage.check_size(upload.bytes, limits)
     failed = transact(
         [
-            {"Put": {"Item": {**keys.upload(upload.id), **upload.stored()}}},
+            {"Put": {"Item": {**keys.upload(upload.id), **upload.stored(), "reserved": True}}},
             storage.count(upload.account_id, upload.bytes, limits, upload=True),
             {"Put": {"Item": {**keys.upload_expiry(upload.expires_at, upload.id), "upload_id": upload.id}}},
         ]
@@ -109,7 +109,7 @@ def add_part(part: UploadPart, *, max_parts: int | None = None) -> bool:
     raise storage.QuotaExceeded("part_bytes", room, size=part.bytes, too_large=True)
 
 
-def _leave_pending(upload: UploadRecord, status: str, changes: dict) -> dict:
+def _leave_pending(upload: UploadRecord, status: str, changes: dict[str, Any]) -> dict[str, Any]:
     """The transaction action moving `upload` out of `pending` to `status` with `changes`."""
     expression, names, values = assignments(changes)
     return {
@@ -127,13 +127,12 @@ def _leave_pending(upload: UploadRecord, status: str, changes: dict) -> dict:
 def complete(upload: UploadRecord, record: FileRecord, file: FileObject) -> bool:
     """Complete a pending upload into `record` (stored counted: the upload's reservation becomes the
     file's), in one transaction; False (nothing written) when it was not pending any more."""
-    counted = record.model_copy(update={"counted": True})
+    counted = record.model_copy(update={"counted": upload.reserved})
     return not transact(
         [
             _leave_pending(upload, "completed", {"file": file.model_dump(mode="json")}),
             {"Put": {"Item": files.item(counted)}},
-            storage.uncount(upload.account_id, uploads=1),
-            {"Delete": {"Key": keys.upload_expiry(upload.expires_at, upload.id)}},
+            *_released(upload, keep_file=True),
         ]
     )
 
@@ -142,13 +141,19 @@ def complete(upload: UploadRecord, record: FileRecord, file: FileObject) -> bool
 def cancel(upload: UploadRecord, status: str = "cancelled") -> bool:
     """Move a pending upload to `status` (`cancelled`, or `expired` by the sweeper) and give its
     reservation back, in one transaction; False (nothing written) when it was not pending."""
-    return not transact(
-        [
-            _leave_pending(upload, status, {}),
-            storage.uncount(upload.account_id, size=upload.bytes, files=1, uploads=1),
-            {"Delete": {"Key": keys.upload_expiry(upload.expires_at, upload.id)}},
-        ]
-    )
+    return not transact([_leave_pending(upload, status, {}), *_released(upload, keep_file=False)])
+
+
+def _released(upload: UploadRecord, *, keep_file: bool) -> list[dict[str, Any]]:
+    """The transaction actions ending an upload's reservation: the file's part of it kept (complete) or
+    not, and its expiry marker. None for an upload stored before reservations were (`reserved` unset)."""
+    if not upload.reserved:
+        return []
+    kept = {"uploads": 1} if keep_file else {"size": upload.bytes, "files": 1, "uploads": 1}
+    return [
+        storage.uncount(upload.account_id, **kept),
+        {"Delete": {"Key": keys.upload_expiry(upload.expires_at, upload.id)}},
+    ]
 
 
 def release_expired(at: int | None = None, limit: int = 100) -> int:
