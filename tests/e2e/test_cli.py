@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,16 @@ def test_keys_and_accounts_on_the_local_stack_need_no_aws_credentials(
     assert cli.main(["accounts", "show", "cli-local", "--local", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["webhook_url"] == url and "webhook_secret" not in shown
+    # A rotation prints the new secret once; the old one's grace is shown, never the old secret
+    rotate = ["accounts", "set", "cli-local", "--rotate-webhook-secret", "--webhook-grace", "60"]
+    assert cli.main([*rotate, "--max-storage-bytes", "1000", "--local", "--json"]) == 0
+    rotated = json.loads(capsys.readouterr().out)
+    assert (
+        rotated["webhook_secret"].startswith("whsec_")
+        and rotated["webhook_secret"] != configured["webhook_secret"]
+    )
+    assert rotated["webhook_previous_until"] >= time.time() + 50 and "webhook_previous_secret" not in rotated
+    assert rotated["max_storage_bytes"] == 1000
     assert cli.main(["accounts", "set", "cli-local", "--webhook-url", "", "--local"]) == 0
     out = capsys.readouterr().out
     assert '"webhook_url": null' in out and "whsec_" not in out

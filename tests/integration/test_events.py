@@ -62,6 +62,7 @@ def test_sweeper_event_with_nothing_open(moto_aws: Aws) -> None:
         "finalize": 0,
         "past_window": 0,
         "files_expired": 0,
+        "uploads_expired": 0,
     }
 
 

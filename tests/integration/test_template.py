@@ -351,6 +351,21 @@ def test_upload_staging_expires_after_the_longest_upload() -> None:
     assert Settings.model_fields["upload_expires_seconds"].metadata[-1].le == 24 * 3600
 
 
+def test_files_are_never_expired_by_the_bucket_only_dead_copies_into_them_aborted() -> None:
+    # Uploaded files are kept until deleted (their owner's storage quota bounds them); a complete that
+    # died leaves an unfinished multipart copy into files/, aborted a day later.
+    rules = RESOURCES["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert [rule for rule in rules if rule.get("Prefix", "").startswith("files")] == [
+        {
+            "Id": "abort-dead-file-copies",
+            "Status": "Enabled",
+            "Prefix": "files/",
+            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+        }
+    ]
+    assert not [rule for rule in rules if "ExpirationInDays" in rule and not rule.get("Prefix")]
+
+
 def test_every_dead_letter_queue_has_an_alarm() -> None:
     dead_letter_queues = sorted(
         logical_id

@@ -58,10 +58,26 @@ def register(commands: Commands) -> None:
     )
     configure.add_argument("--max-active-batches", type=int)
     configure.add_argument("--max-creates-per-minute", type=int)
+    configure.add_argument("--max-storage-bytes", type=int, help="bytes of files and pending uploads")
+    configure.add_argument("--max-stored-files", type=int, help="files and pending uploads")
+    configure.add_argument("--max-pending-uploads", type=int)
+    configure.add_argument("--max-upload-parts", type=int, help="parts of one upload")
     configure.add_argument(
         "--webhook-url",
         metavar="URL",
         help="send batch webhooks there, signed with a new secret it prints once ('' removes it)",
+    )
+    configure.add_argument(
+        "--rotate-webhook-secret",
+        action="store_true",
+        help="a new webhook signing secret, printed once; the old one signs too for --webhook-grace",
+    )
+    configure.add_argument(
+        "--webhook-grace",
+        type=int,
+        default=86_400,
+        metavar="SECONDS",
+        help="how long the rotated-out secret still signs deliveries (default: a day)",
     )
 
 
@@ -124,6 +140,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def cmd_accounts(args: argparse.Namespace) -> int:
     """Show an account's settings, or change them (a new webhook secret is printed once)."""
     from batchinfer.data import accounts
+    from batchinfer.data.storage import QUOTA_FIELDS
 
     table = batch_table(args)
     secret = None
@@ -134,6 +151,7 @@ def cmd_accounts(args: argparse.Namespace) -> int:
                 allowed_buckets=args.allow_bucket,
                 max_active_batches=args.max_active_batches,
                 max_creates_per_minute=args.max_creates_per_minute,
+                storage={field: getattr(args, field) for field in QUOTA_FIELDS},
                 table=table,
             )
             if args.webhook_url is not None:
@@ -142,12 +160,16 @@ def cmd_accounts(args: argparse.Namespace) -> int:
                 secret = accounts.set_webhook(
                     args.account, args.webhook_url or None, table=table, allow_loopback=loopback
                 )
-                account = accounts.get_account(args.account, table=table)
+            if args.rotate_webhook_secret:
+                secret = accounts.rotate_webhook_secret(
+                    args.account, grace_seconds=args.webhook_grace, table=table
+                )
+            account = accounts.get_account(args.account, table=table)
         except ValueError as error:
             raise CliError(f"error: {error}", code=2) from None
     else:
         account = accounts.get_account(args.account, table=table)
-    shown = account.model_dump(mode="json", exclude={"webhook_secret"})
+    shown = account.model_dump(mode="json", exclude={"webhook_secret", "webhook_previous_secret"})
     if secret:
         # Shown this once: the receiver verifies deliveries with it (Standard Webhooks).
         shown["webhook_secret"] = secret

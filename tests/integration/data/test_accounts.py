@@ -141,8 +141,14 @@ def test_account_settings(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Non
         "max_active_batches": 3,
         "max_creates_per_minute": None,
         "max_infer_in_flight": None,
+        "max_storage_bytes": None,
+        "max_stored_files": None,
+        "max_pending_uploads": None,
+        "max_upload_parts": None,
         "webhook_url": None,
         "webhook_secret": None,
+        "webhook_previous_secret": None,
+        "webhook_previous_until": None,
         "created_at": 1_800_000_000,
     }
     assert configured.allows("s3://b-1") and not configured.allows("s3://c-1")
@@ -239,6 +245,33 @@ def test_a_webhook_url_gets_a_new_signing_secret_each_time_it_is_set(moto_aws: A
     assert accounts.set_webhook("hooked", None) is None
     removed = accounts.get_account("hooked")
     assert (removed.webhook_url, removed.webhook_secret) == (None, None)
+
+
+def test_a_rotation_keeps_the_old_secret_signing_for_its_grace_only(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an account with a webhook, and one without
+    monkeypatch.setattr(accounts, "now", lambda: 1_800_000_000)
+    first = accounts.set_webhook("hooked", "https://example.com/hooks")
+    with pytest.raises(ValueError, match="account 'bare' has no webhook"):
+        accounts.rotate_webhook_secret("bare")
+    assert accounts.get_account("bare").webhook_secret is None
+    # When its secret is rotated with the default grace (a day)
+    second = accounts.rotate_webhook_secret("hooked")
+    # Then both sign until the grace ends, the new one first; then only the new one
+    rotated = accounts.get_account("hooked")
+    assert (rotated.webhook_secret, rotated.webhook_previous_until) == (second, 1_800_000_000 + 86_400)
+    assert rotated.webhook_secrets(1_800_000_000 + 86_399) == [second, first]
+    assert rotated.webhook_secrets(1_800_000_000 + 86_400) == [second]
+    assert first not in repr(rotated) and second not in repr(rotated)
+    # And a rotation within the grace keeps only the secret it replaced
+    third = accounts.rotate_webhook_secret("hooked", grace_seconds=60)
+    assert accounts.get_account("hooked").webhook_secrets(1_800_000_000 + 59) == [third, second]
+    # And setting the URL again starts over with one secret
+    fourth = accounts.set_webhook("hooked", "https://example.com/other")
+    assert accounts.get_account("hooked").webhook_secrets(1_800_000_000) == [fourth]
+    with pytest.raises(ValueError, match="at least 0 seconds"):
+        accounts.rotate_webhook_secret("hooked", grace_seconds=-1)
 
 
 @pytest.mark.parametrize(

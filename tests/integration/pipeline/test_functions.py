@@ -290,6 +290,7 @@ def test_the_sweeper_expires_an_overdue_batch(moto_aws: Aws, monkeypatch: pytest
         "finalize": 0,
         "past_window": 1,
         "files_expired": 0,
+        "uploads_expired": 0,
     }
     moto_aws.invoke("AggregatorFunction", sqs_event(moto_aws.messages("FinalizeQueue")))
     header = batches.get(batch_id)

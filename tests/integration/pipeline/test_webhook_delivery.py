@@ -8,12 +8,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from batchinfer.core.settings import get_settings
 from batchinfer.data import accounts
@@ -29,12 +31,15 @@ class Receiver:
 
     def __init__(self, slow_seconds: float) -> None:
         self.arrivals: list[tuple[str, float]] = []  # (webhook-id, time.monotonic())
+        self.requests: list[tuple[bytes, dict[str, str]]] = []  # (body, headers)
         self.closed = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                raw = self.rfile.read(int(self.headers["content-length"]))
+                receiver.requests.append((raw, dict(self.headers.items())))
+                body = json.loads(raw)
                 receiver.arrivals.append((self.headers["webhook-id"], time.monotonic()))
                 kind = body["data"]["id"].split("_")[0]
                 if kind == "silent" or (kind == "slow" and receiver.closed.wait(slow_seconds)):
@@ -171,3 +176,34 @@ def test_a_webhook_to_a_loopback_address_is_refused_unless_told_and_logged_witho
     [error] = [r.__dict__["error"] for r in caplog.records if r.getMessage() == "webhook failed"]
     assert error.startswith("webhook to http://") and "/hook failed: " in error
     assert "token=secret" not in caplog.text + error
+
+
+def test_a_rotated_secret_signs_beside_the_new_one_for_its_grace_then_no_more(
+    moto_aws: Aws, receivers: tuple[Receiver, Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an account whose webhook secret was rotated with an hour's grace
+    _, instant = receivers
+    monkeypatch.setenv("WEBHOOK_ALLOW_LOOPBACK", "true")
+    get_settings.cache_clear()
+    old = accounts.set_webhook("tenant-b", instant.url)
+    new = accounts.rotate_webhook_secret("tenant-b", grace_seconds=3600)
+    # When a webhook is delivered
+    moto_aws.invoke("WebhookFunction", received_event(moto_aws, [message("tenant-b", "instant_0")]))
+    # Then it carries both signatures, the new one first, each as the specification computes it
+    [(body, headers)] = instant.requests
+    at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), UTC)
+    webhook_id = event_id("instant_0", "batch.completed")
+    signatures = [Webhook(s).sign(msg_id=webhook_id, timestamp=at, data=body.decode()) for s in (new, old)]
+    assert headers["webhook-signature"] == " ".join(signatures)
+    # And a receiver verifying with either secret accepts it
+    for secret in (new, old):
+        assert Webhook(secret).verify(body, headers)["data"] == {"id": "instant_0"}
+    # When the secret is rotated again with no grace
+    newest = accounts.rotate_webhook_secret("tenant-b", grace_seconds=0)
+    moto_aws.invoke("WebhookFunction", received_event(moto_aws, [message("tenant-b", "instant_1")]))
+    # Then only the newest signs: the one before it verifies no more
+    body, headers = instant.requests[1]
+    assert headers["webhook-signature"].count("v1,") == 1
+    assert Webhook(newest).verify(body, headers)["data"] == {"id": "instant_1"}
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new).verify(body, headers)

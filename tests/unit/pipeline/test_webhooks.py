@@ -62,3 +62,24 @@ def test_the_openai_sdk_unwraps_a_delivery_into_its_batch_event(kind: str) -> No
         1_800_000_000,
         "batch_a",
     )
+
+
+def test_a_delivery_during_a_rotation_carries_both_signatures_each_verifying() -> None:
+    # Given the current secret and the one rotated out, still in its grace
+    old = "whsec_" + base64.b64encode(b"o" * 32).decode()
+    at = datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
+    # When a delivery is signed with both
+    body, headers = signed_request(EVENT, [SECRET, old], at)
+    # Then `webhook-signature` holds both, space-separated, the current one first
+    assert headers["webhook-timestamp"] == "1800000000"
+    assert headers["webhook-signature"] == (
+        "v1,yGfzi5DfDo/yOuyotY7+qZER3cDw+RE7JLtx0gmj5q4= v1,xil0+SoDrMcsjy0PhrGNtE4kJSZN++KbIxHmlWV1GHE="
+    )
+    expected_old = hmac.new(b"o" * 32, b"evt_1.1800000000." + body, hashlib.sha256).digest()
+    assert headers["webhook-signature"].split(" ")[1] == "v1," + base64.b64encode(expected_old).decode()
+    # And a receiver holding either secret accepts it: standardwebhooks, and the openai SDK's verifier
+    body, headers = signed_request(EVENT, [SECRET, old], datetime.now(UTC))
+    for secret in (SECRET, old):
+        assert Webhook(secret).verify(body, headers) == EVENT.model_dump()
+        client = OpenAI(api_key="unused", webhook_secret=secret)
+        assert client.webhooks.unwrap(body.decode(), headers).id == "evt_1"

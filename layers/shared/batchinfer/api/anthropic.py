@@ -223,7 +223,7 @@ def delete_message_batch(batch_id: BatchId) -> DeletedMessageBatch:
         record = files.get(file_id) if file_id else None
         if record is not None:
             s3.delete(record.bucket, record.key, where=record.where)
-            files.delete(record.id)
+            files.remove(record)
     s3.delete(get_settings().bucket_name, results_key(batch_id))
     batches.delete(batch_id)
     return DeletedMessageBatch(id=batch_id)

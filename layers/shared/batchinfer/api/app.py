@@ -21,8 +21,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from batchinfer.api import anthropic, auth, batches, files, models, results, retries, uploads
 from batchinfer.api.console import router as console_router
-from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable
+from batchinfer.api.errors import ApiError, ServiceUnavailable, aws_unavailable, over_quota
 from batchinfer.core.observability import logger
+from batchinfer.data.storage import QuotaExceeded
 from batchinfer.wire import strict_json
 from batchinfer.wire.messages import describe, loc_path
 from batchinfer.wire.openai import PATTERN_RULES, ErrorBody, ErrorEnvelope
@@ -115,6 +116,11 @@ def _api_error(error: ApiError) -> Response:
         ErrorBody(message=error.message, type=error.type, param=error.param, code=error.code),
         error.headers,
     )
+
+
+@app.exception_handler(QuotaExceeded)
+def _over_quota(error: QuotaExceeded) -> Response:
+    return _api_error(over_quota(error))
 
 
 def _unauthenticated() -> Response | None:

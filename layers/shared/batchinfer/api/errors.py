@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 from botocore.retries.standard import ThrottledRetryableChecker, TransientRetryableChecker
 
+from batchinfer.data.storage import QuotaExceeded
 from batchinfer.data.table import TransactionConflict, cancellation_reasons
 from batchinfer.wire.openai import ErrorEnvelope
 
@@ -54,6 +55,22 @@ class TooManyRequests(ApiError):
 
     def __init__(self, message: str, *, code: str, retry_after: int) -> None:
         super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
+
+
+class InsufficientQuota(ApiError):
+    """429 over a storage quota, as OpenAI answers a spent quota (type `insufficient_quota`), with
+    `x-should-retry: false`: the `openai` SDK retries a 429 unless told so, and waiting frees nothing."""
+
+    status = 429
+    type = "insufficient_quota"
+
+
+def over_quota(error: QuotaExceeded) -> ApiError:
+    """The answer to a store refused by a storage quota: 413 when the object alone is over it (it can
+    never fit), else 429 `insufficient_quota` (the running total is: deleting files makes room)."""
+    if error.too_large:
+        return ApiError(error.message, code=error.code, status=413)
+    return InsufficientQuota(error.message, code=error.code, headers={"x-should-retry": "false"})
 
 
 class ServiceUnavailable(ApiError):
@@ -144,6 +161,7 @@ _DESCRIPTIONS = {
     403: "A bucket outside the account's allowlist",
     404: "No such object for this account",
     409: "The object is in a state that does not allow this",
+    413: "Larger than the account's storage quota (or, for a part, than its upload may hold)",
     429: "Over a rate limit; see Retry-After",
     503: "AWS storage shedding load or not answering; retry after Retry-After seconds",
 }

@@ -17,7 +17,7 @@ from batchinfer.api.auth import current_account, idempotency_key
 from batchinfer.api.errors import ApiError, NotFound, documented, stored_despite
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
-from batchinfer.data import files, s3
+from batchinfer.data import accounts, files, s3, storage
 from batchinfer.data.items import FileRecord
 from batchinfer.data.table import now
 from batchinfer.validation.file import jsonl_format_problem
@@ -58,7 +58,12 @@ def new_file_record(*, file_id: str, size: int, filename: str, purpose: str, acc
     )
 
 
-@router.post("/v1/files", responses=documented(None, links=links.FILE))
+def account_storage(account_id: str) -> storage.StorageLimits:
+    """The storage quotas of `account_id` (`data.storage`)."""
+    return storage.storage_limits(accounts.get_account(account_id))
+
+
+@router.post("/v1/files", responses=documented(None, 413, 429, links=links.FILE))
 def upload_file(
     file: Annotated[UploadFile, File(description="the JSONL input")],
     purpose: Annotated[Literal["batch"], Form(description="what the file is for: 'batch'")],
@@ -82,11 +87,19 @@ def upload_file(
     item = new_file_record(
         file_id=file_id, size=len(file.content), purpose=purpose, filename=filename, account_id=account_id
     )
+    limits = account_storage(account_id)
+    storage.check_size(item.bytes, limits)  # before its bytes are written
     s3.put_bytes(item.bucket, item.key, file.content)
     try:
-        files.put(item)
+        created = files.create(item, limits)
+    except storage.QuotaExceeded:
+        if files.get(file_id, consistent=True) is None:
+            s3.delete(item.bucket, item.key)
+        raise
     except Exception as error:  # AWS unavailable: a 503 unless the record was stored all the same
-        stored_despite(error, lambda: files.get(file_id, consistent=True))
+        return file_object(stored_despite(error, lambda: files.get(file_id, consistent=True)))
+    if not created:  # an idempotent retry that raced its first attempt
+        return file_object(files.get(file_id, consistent=True) or item)
     return file_object(item)
 
 
@@ -118,9 +131,9 @@ def retrieve_file(file_id: FileId) -> FileObject:
 
 @router.delete("/v1/files/<file_id>", responses=documented(None, 404))
 def delete_file(file_id: FileId) -> FileDeleted:
-    """Delete a file and its bytes."""
+    """Delete a file and its bytes (given back to the account's storage quota)."""
     item = owned_file(file_id)
-    files.delete(file_id)
+    files.remove(item)
     s3.delete(item.bucket, item.key, where=item.where)
     return FileDeleted(id=file_id, deleted=True)
 

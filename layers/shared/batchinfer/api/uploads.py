@@ -32,10 +32,10 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, File, Path,
 from batchinfer.api import links
 from batchinfer.api.auth import current_account
 from batchinfer.api.errors import ApiError, Conflict, NotFound, documented
-from batchinfer.api.files import file_object, new_file_record
+from batchinfer.api.files import account_storage, file_object, new_file_record
 from batchinfer.core import ids
 from batchinfer.core.settings import get_settings
-from batchinfer.data import files, s3, uploads
+from batchinfer.data import s3, storage, uploads
 from batchinfer.data.items import UploadPart, UploadRecord
 from batchinfer.data.table import now
 from batchinfer.wire.openai import (
@@ -93,7 +93,7 @@ def _not_pending(item: UploadRecord, action: str) -> Conflict:
     )
 
 
-@router.post("/v1/uploads", responses=documented(None, links=links.UPLOAD))
+@router.post("/v1/uploads", responses=documented(None, 413, 429, links=links.UPLOAD))
 def create_upload(request: CreateUploadRequest) -> Upload:
     """Announce a large file; add its parts (or PUT it to the returned upload_url), then complete."""
     settings = get_settings()
@@ -119,7 +119,7 @@ def create_upload(request: CreateUploadRequest) -> Upload:
         bucket=settings.bucket_name,
         key=staging_key(upload_id),
     )
-    uploads.put(item)
+    uploads.create(item, account_storage(item.account_id))
     return upload_view(item)
 
 
@@ -129,7 +129,7 @@ def retrieve_upload(upload_id: UploadId) -> Upload:
     return upload_view(owned_upload(upload_id))
 
 
-@router.post("/v1/uploads/<upload_id>/parts", responses=documented(None, 404, 409))
+@router.post("/v1/uploads/<upload_id>/parts", responses=documented(None, 404, 409, 413, 429))
 def add_upload_part(
     upload_id: UploadId, data: Annotated[UploadFile, File(description="the part's bytes")]
 ) -> UploadPartObject:
@@ -147,8 +147,14 @@ def add_upload_part(
         bytes=len(data.content),
         key=part_key(upload_id, part_id),
     )
+    max_parts = account_storage(item.account_id).max_parts
     s3.put_bytes(item.bucket, part.key, data.content, "application/octet-stream")
-    if not uploads.add_part(part):  # completed, cancelled or expired since it was read
+    try:
+        added = uploads.add_part(part, max_parts=max_parts)
+    except storage.QuotaExceeded:
+        s3.delete(item.bucket, part.key)
+        raise
+    if not added:  # completed, cancelled or expired since it was read
         s3.delete(item.bucket, part.key)
         raise _not_pending(uploads.get(upload_id) or item, "take parts")
     return UploadPartObject(id=part.id, created_at=part.created_at, upload_id=upload_id)
@@ -222,11 +228,12 @@ def complete_upload(
             code="upload_md5_mismatch",
             param="md5",
         )
-    files.put(record)
-    done = uploads.finish(upload_id, "completed", file=file_object(record))
-    if done is not None:
+    if uploads.complete(item, record, file_object(record)):
         _drop_staging(item)
-    return upload_view(done or owned_upload(upload_id))
+    current = owned_upload(upload_id)
+    if current.status != "completed":  # expired or cancelled meanwhile: its copy is no file
+        s3.delete(record.bucket, record.key)
+    return upload_view(current)
 
 
 def _drop_staging(item: UploadRecord) -> None:
@@ -241,8 +248,7 @@ def cancel_upload(upload_id: UploadId) -> Upload:
     item = owned_upload(upload_id)
     if item.status == "cancelled":
         return upload_view(item)
-    done = uploads.finish(upload_id, "cancelled")
-    if done is None:
-        raise _not_pending(item, "be cancelled")
+    if not uploads.cancel(item):
+        raise _not_pending(owned_upload(upload_id), "be cancelled")
     _drop_staging(item)
-    return upload_view(done)
+    return upload_view(owned_upload(upload_id))

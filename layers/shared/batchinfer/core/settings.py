@@ -105,6 +105,13 @@ class Settings(BaseSettings):
     # `/v2` token requests an account may have in flight at once (an account item may override it);
     # over it, 429. Below TokenInferConcurrency, so one account cannot hold every /v2 environment.
     max_infer_in_flight: int = Field(4, ge=1)
+    # Storage quotas per account (an account item may override them, `data.storage`): bytes of its
+    # files and pending uploads, their number, pending uploads, and parts of one upload. Over one, 429
+    # (413 for an object larger than the whole bytes quota).
+    max_storage_bytes: int = Field(100 * 1024**3, ge=1)
+    max_stored_files: int = Field(10_000, ge=1)
+    max_pending_uploads: int = Field(100, ge=1)
+    max_upload_parts: int = Field(1_000, ge=1)
     # The account that owns batches started by an inbox upload (no API key is involved).
     inbox_account_id: str = "default"
     # Lifetime of presigned S3 URLs: downloads (large file contents, user-path results) and uploads.

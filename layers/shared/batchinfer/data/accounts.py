@@ -26,6 +26,7 @@ from batchinfer.core.netguard import check_url, safe_url
 from batchinfer.core.settings import get_settings
 from batchinfer.data import keys
 from batchinfer.data.items import Account, ApiKey, KeyPointer
+from batchinfer.data.storage import QUOTA_FIELDS
 from batchinfer.data.table import (
     Table,
     assignments,
@@ -43,6 +44,9 @@ KEY_PREFIX = "sk-bi-"
 ACTIVE_RETRY_AFTER_S = 30
 # A minute's creation counter is kept an hour (DynamoDB TTL), long after its minute is over.
 RATE_TTL_S = 3600
+# How long a rotated-out webhook secret still signs deliveries (Svix, whose Standard Webhooks these
+# are, keeps an old secret 24 hours): receivers have a day to switch to the new one.
+WEBHOOK_GRACE_S = 86_400
 
 
 class LimitExceeded(Exception):
@@ -241,15 +245,21 @@ def configure_account(
     max_active_batches: int | None = None,
     max_creates_per_minute: int | None = None,
     max_infer_in_flight: int | None = None,
+    storage: dict[str, int] | None = None,
     table: Table | None = None,
 ) -> Account:
-    """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged).
+    """Set an account's bucket allowlist and/or limit overrides (arguments left None are unchanged);
+    `storage` holds storage quota overrides by field (`max_storage_bytes`, `max_stored_files`,
+    `max_pending_uploads`, `max_upload_parts`: `data.storage`).
 
     Buckets are `s3://name` or `cos://name` (the scheme keeps the two namespaces apart), or
     `s3://name/prefix` for only the keys under `prefix/` (stored with its trailing `/`), so that
     accounts sharing a bucket each keep to their own prefix.
-    Raises ValueError for a malformed bucket reference (a `*` included: no wildcards) or a limit below 1.
+    Raises ValueError for a malformed bucket reference (a `*` included: no wildcards), a limit below 1
+    or an unknown storage quota.
     """
+    if unknown := set(storage or {}) - set(QUOTA_FIELDS):
+        raise ValueError(f"no such storage quota: {sorted(unknown)}")
     sets: dict[str, Any] = {}
     if allowed_buckets is not None:
         sets["allowed_buckets"] = sorted({_allowlist_entry(ref) for ref in allowed_buckets})
@@ -257,6 +267,7 @@ def configure_account(
         ("max_active_batches", max_active_batches),
         ("max_creates_per_minute", max_creates_per_minute),
         ("max_infer_in_flight", max_infer_in_flight),
+        *(storage or {}).items(),
     ):
         if value is not None:
             if value < 1:
@@ -292,7 +303,9 @@ def set_webhook(
     ensure_account(account_id, table=table)
     if url is None:
         handle(table).update_item(
-            Key=keys.account(account_id), UpdateExpression="REMOVE webhook_url, webhook_secret"
+            Key=keys.account(account_id),
+            UpdateExpression="REMOVE webhook_url, webhook_secret, webhook_previous_secret, "
+            "webhook_previous_until",
         )
         return None
     parsed = urlsplit(url)
@@ -301,14 +314,45 @@ def set_webhook(
     if allow_loopback is None:
         allow_loopback = get_settings().webhook_allow_loopback
     check_url(url, allow_loopback=allow_loopback)
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    secret = _webhook_secret()
     expression, names, values = assignments({"webhook_url": url, "webhook_secret": secret})
     handle(table).update_item(
         Key=keys.account(account_id),
-        UpdateExpression=f"SET {expression}",
+        UpdateExpression=f"SET {expression} REMOVE webhook_previous_secret, webhook_previous_until",
         ExpressionAttributeNames=names,
         ExpressionAttributeValues=values,
     )
+    return secret
+
+
+def _webhook_secret() -> str:
+    """A new Standard Webhooks signing secret: `whsec_` + base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def rotate_webhook_secret(
+    account_id: str, *, grace_seconds: int = WEBHOOK_GRACE_S, table: Table | None = None
+) -> str:
+    """Give the account's webhook a new signing secret and return it (shown once: `batchinfer accounts
+    set --rotate-webhook-secret`). The secret it replaces still signs deliveries for `grace_seconds`
+    (each then carries both signatures, as Standard Webhooks allows), so a receiver verifying with
+    either passes until it has switched; after that only the new one signs. A rotation within the
+    grace of another replaces the older secret at once (one previous secret is kept).
+    Raises ValueError when the account has no webhook, or for a negative grace.
+    """
+    if grace_seconds < 0:
+        raise ValueError(f"grace must be at least 0 seconds, got {grace_seconds}")
+    secret = _webhook_secret()
+    done = conditional(
+        handle(table).update_item,
+        Key=keys.account(account_id),
+        UpdateExpression="SET webhook_previous_secret = webhook_secret, webhook_previous_until = :until, "
+        "webhook_secret = :secret",
+        ConditionExpression="attribute_exists(webhook_secret)",
+        ExpressionAttributeValues={":until": now() + grace_seconds, ":secret": secret},
+    )
+    if done is None:
+        raise ValueError(f"account {account_id!r} has no webhook: set one with --webhook-url first")
     return secret
 
 

@@ -1,24 +1,67 @@
-"""File records (`items.FileRecord`, keys in `keys`): batch inputs and results, listed per account."""
+"""File records (`items.FileRecord`, keys in `keys`): batch inputs and results, listed per account.
+
+Files an account stores itself are `counted` in its storage counter (`data.storage`): `create` and
+`remove` change the counter in the transaction that stores or deletes the record."""
 
 from __future__ import annotations
 
-from batchinfer.data import keys
+from typing import Any
+
+from batchinfer.data import keys, storage
 from batchinfer.data.items import FileRecord
-from batchinfer.data.table import handle, read_page
+from batchinfer.data.table import handle, read_page, retry_conflicts, transact
+
+
+def item(record: FileRecord) -> dict[str, Any]:
+    """The stored item of a file record: its keys, its GSI1 position, its attributes."""
+    return {
+        **keys.indexed(
+            keys.file(record.id),
+            keys.account_files(record.account_id),
+            keys.creation_order(record.created_at, record.id),
+        ),
+        **record.stored(),
+    }
 
 
 def put(record: FileRecord) -> None:
     """Store (or overwrite: the aggregator writes a result file's record again when it runs again) a
-    file record."""
-    handle().put_item(
-        Item={
-            **keys.indexed(
-                keys.file(record.id),
-                keys.account_files(record.account_id),
-                keys.creation_order(record.created_at, record.id),
-            ),
-            **record.stored(),
-        }
+    file record that is not counted."""
+    handle().put_item(Item=item(record))
+
+
+@retry_conflicts
+def create(record: FileRecord, limits: storage.StorageLimits) -> bool:
+    """Store a new file record, `counted`, and count it in its account's storage, in one transaction.
+    False (nothing written) when a record of that id exists already (a retried create). Raises
+    `storage.QuotaExceeded` when it would take the account past a quota."""
+    storage.check_size(record.bytes, limits)
+    counted = record.model_copy(update={"counted": True})
+    failed = transact(
+        [
+            {"Put": {"Item": item(counted), "ConditionExpression": "attribute_not_exists(PK)"}},
+            storage.count(record.account_id, record.bytes, limits),
+        ]
+    )
+    if 0 in failed:
+        return False
+    if failed:
+        raise storage.refusal(record.account_id, record.bytes, limits)
+    return True
+
+
+@retry_conflicts
+def remove(record: FileRecord) -> bool:
+    """Delete a file record, giving its bytes back to its account's storage when it was counted (once:
+    the delete and the count are one transaction on the record's existence). False when it was gone."""
+    if not record.counted:
+        handle().delete_item(Key=keys.file(record.id))
+        return True
+    return not transact(
+        [
+            {"Delete": {"Key": keys.file(record.id), "ConditionExpression": "attribute_exists(PK)"}},
+            storage.uncount(record.account_id, size=record.bytes, files=1),
+        ]
     )
 
 

@@ -266,6 +266,7 @@ class FileRecord(Item):
     bucket: str
     key: str
     where: str | None = None
+    counted: bool | None = Field(None, description="True: its bytes are in the account's storage counter")
 
 
 class UploadRecord(Item):
@@ -279,13 +280,18 @@ class UploadRecord(Item):
     expires_at: int
     filename: str
     purpose: str
-    status: Literal["pending", "completed", "cancelled"] = "pending"
+    status: Literal["pending", "completed", "cancelled", "expired"] = "pending"
     mime_type: str
     account_id: str
     file_id: str
     bucket: str
     key: str
     file: FileObject | None = None
+    parts: int | None = Field(None, description="parts added (`data.uploads.add_part`)")
+    part_bytes: int | None = Field(None, description="the bytes of the parts added")
+    reserved: bool | None = Field(
+        None, description="True: its bytes and file are reserved in the account's storage (`data.storage`)"
+    )
 
 
 class UploadPart(Item):
@@ -338,11 +344,29 @@ class Account(Item):
     max_active_batches: int | None = Field(None, ge=1)
     max_creates_per_minute: int | None = Field(None, ge=1)
     max_infer_in_flight: int | None = Field(None, ge=1, description="`/v2` requests at once")
+    max_storage_bytes: int | None = Field(None, ge=1, description="bytes of files and pending uploads")
+    max_stored_files: int | None = Field(None, ge=1, description="files and pending uploads")
+    max_pending_uploads: int | None = Field(None, ge=1)
+    max_upload_parts: int | None = Field(None, ge=1, description="parts of one upload")
     webhook_url: str | None = Field(None, description="where batch webhooks go (`accounts.set_webhook`)")
     webhook_secret: str | None = Field(
         None, description="the Standard Webhooks signing secret, `whsec_` + base64 (never logged)", repr=False
     )
+    webhook_previous_secret: str | None = Field(
+        None,
+        description="the secret before the last rotation, still signing until `webhook_previous_until`",
+        repr=False,
+    )
+    webhook_previous_until: int | None = Field(None, description="Unix seconds: the rotation's grace ends")
     created_at: int | None = Field(None, description="None: the account has no settings item")
+
+    def webhook_secrets(self, at: int) -> list[str]:
+        """The secrets a delivery at `at` (Unix seconds) is signed with: the current one, and the one
+        before the last rotation while its grace lasts (`accounts.rotate_webhook_secret`)."""
+        secrets = [self.webhook_secret] if self.webhook_secret else []
+        if self.webhook_previous_secret and at < (self.webhook_previous_until or 0):
+            secrets.append(self.webhook_previous_secret)
+        return secrets
 
     def allows(self, bucket_ref: str) -> bool:
         """True when `bucket_ref` (`s3://bucket` or `cos://bucket`) is on the allowlist, whole."""

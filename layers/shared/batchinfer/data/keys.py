@@ -19,10 +19,12 @@ sweeper reads the open batches without reading the table (`batches.open_headers`
 | key id -> key    | `KEYID#<key_id>`    | `META`          |                     |                       |
 | account          | `ACCOUNT#<account>` | `META`          |                     |                       |
 | active batches   | `ACCOUNT#<account>` | `LIMITS`        |                     |                       |
+| storage counter  | `ACCOUNT#<account>` | `STORAGE`       |                     |                       |
 | creations/minute | `ACCOUNT#<account>` | `RATE#<minute>` |                     |                       |
 | `/v2` slot       | `ACCOUNT#<account>` | `INFER#<0000>`  |                     |                       |
 | shard slot       | `ACCOUNT#<account>` | `WORKERS#<0000>`         |             |                       |
 | upload part      | `UPLOAD#<id>`       | `PART#<part_id>`|                     |                       |
+| upload expiry    | `UPLOAD_EXPIRIES`   | `<at>#<id>`     |                     |                       |
 | open backfill    | `SWEEPER`           | `OPEN_BACKFILL` |                     |                       |
 
 An open batch header also has `OPENPK` = `OPEN`, `OPENSK` = `<batch_id>` (index `OpenBatches`).
@@ -31,15 +33,18 @@ Models (`items`): batch header `BatchHeader`, shard `Shard`, file `FileRecord`, 
 API key `ApiKey`, key id -> key `KeyPointer`, account settings `Account`, `/v2` and shard slot `Slot`,
 upload part `UploadPart`, open backfill `OpenBackfill`.
 
-A file expiry marks a result file whose batch set `output_expires_after`: `<at>` (10 digits) is
-when it expires, so the sweeper reads the due ones in one query of one partition (a marker is
-written once per result file, far below a partition's write limit).
+An upload expiry marks a pending upload whose reservation (`data.storage`) the sweeper gives back once
+it expired without being completed or cancelled (`uploads.release_expired`). A file expiry marks a
+result file whose batch set `output_expires_after`: `<at>` (10 digits) is when it expires, so the
+sweeper reads the due ones in one query of one partition (a marker is written once per result file or
+upload, far below a partition's write limit).
 
 `<created>` is the creation time in Unix seconds (10 digits), `<ns>` the write time in nanoseconds
 (19 digits: items created in the same second sort in the order they were written), `<minute>` the
 Unix second a calendar minute starts at. A batch's shards share its partition, so one query reads
 them in shard order. The counters hold `active_batches` (batches counted by
-`batches.create_limited` and not yet terminal) and `creates` plus `ttl` (DynamoDB's time to live
+`batches.create_limited` and not yet terminal), `bytes`, `files`, `uploads` (storage, `data.storage`)
+and `creates` plus `ttl` (DynamoDB's time to live
 removes a minute's counter an hour after it). A `/v2` slot is one request in flight of the account
 (`data.inflight`), held until `lease_until`; `ttl` removes it later. A shard slot is one shard worker
 of the account running on `<model>` (`pipeline.shard.worker`, `AccountShardShare`), the same way.
@@ -56,6 +61,7 @@ Key = dict[str, str]
 
 META = "META"
 LIMITS = "LIMITS"
+STORAGE = "STORAGE"
 BATCH_PREFIX = "BATCH#"
 SHARD_PREFIX = "SHARD#"
 INFER_SLOT_PREFIX = "INFER#"
@@ -98,6 +104,14 @@ def file_expiry(at: int, file_id: str) -> Key:
     return {"PK": EXPIRIES, "SK": f"{at:010d}#{file_id}"}
 
 
+UPLOAD_EXPIRIES = "UPLOAD_EXPIRIES"
+
+
+def upload_expiry(at: int, upload_id: str) -> Key:
+    """The key of the marker of a pending upload expiring at `at` (Unix seconds)."""
+    return {"PK": UPLOAD_EXPIRIES, "SK": f"{at:010d}#{upload_id}"}
+
+
 def api_key(key_hash: str) -> Key:
     """The key of an API key, by the SHA-256 (hex) of its secret."""
     return {"PK": f"KEY#{key_hash}", "SK": META}
@@ -121,6 +135,11 @@ def account(account_id: str) -> Key:
 def active_counter(account_id: str) -> Key:
     """The key of an account's counter of active (counted, not terminal) batches."""
     return {"PK": account_partition(account_id), "SK": LIMITS}
+
+
+def storage_counter(account_id: str) -> Key:
+    """The key of an account's storage counter (`data.storage`)."""
+    return {"PK": account_partition(account_id), "SK": STORAGE}
 
 
 def rate_counter(account_id: str, minute: int) -> Key:

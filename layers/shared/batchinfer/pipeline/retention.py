@@ -26,7 +26,7 @@ def expire_files(at: int | None = None, limit: int = 100) -> int:
         # A record rewritten with another expiry (an aggregator run again) is not due by this marker.
         if record is not None and record.expires_at is not None and record.expires_at <= at:
             s3.delete(record.bucket, record.key, where=record.where)
-            files.delete(file_id)
+            files.remove(record)
             logger.info("result file expired", extra={"file_id": file_id, "expires_at": expires_at})
         files.drop_expiry(expires_at, file_id)
         done += 1

@@ -4,7 +4,8 @@ registered, signed as the Standard Webhooks specification says, by its `standard
 
 Headers: `webhook-id` (the event id, the same on every delivery of that event, so a receiver drops
 duplicates), `webhook-timestamp` (Unix seconds of this attempt) and `webhook-signature`
-(`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the account's secret). A 2xx answer is
+(`v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">` with the account's secret; during the grace
+after a rotation a second `v1,...` with the previous secret, space-separated). A 2xx answer is
 delivered; anything else (an answer, a refused connection, a timeout) fails the message, which
 WebhookQueue delivers again after `backoff_seconds`, then its DLQ.
 
@@ -89,10 +90,16 @@ def backoff_seconds(receive_count: int) -> int:
     return min(MAX_BACKOFF_SECONDS, BASE_BACKOFF_SECONDS * 2 ** max(0, receive_count - 1))
 
 
-def signed_request(event: WebhookEvent, secret: str, at: datetime) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of one delivery of `event` at time `at`."""
+def signed_request(
+    event: WebhookEvent, secrets: str | list[str], at: datetime
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one delivery of `event` at time `at`, signed with the secret, or with
+    each of a list of them (the current one first; a rotated-out one during its grace):
+    `webhook-signature` holds one `v1,<signature>` per secret, space-separated, as Standard Webhooks
+    allows."""
     body = event.model_dump_json()
-    signature = Webhook(secret).sign(msg_id=event.id, timestamp=at, data=body)
+    secrets = [secrets] if isinstance(secrets, str) else secrets
+    signature = " ".join(Webhook(secret).sign(msg_id=event.id, timestamp=at, data=body) for secret in secrets)
     return body.encode(), {
         "content-type": "application/json",
         "webhook-id": event.id,
@@ -123,7 +130,8 @@ async def deliver(
         seconds = deliveries.seconds_left()
         if seconds < MIN_POST_SECONDS:
             raise Untried(f"{seconds:.1f} s left before the deadline")
-        body, headers = signed_request(event, account.webhook_secret, datetime.now(UTC))
+        at = datetime.now(UTC)
+        body, headers = signed_request(event, account.webhook_secrets(int(at.timestamp())), at)
         await _post(account.webhook_url, body, headers, seconds)
     finally:
         slot.release()
