@@ -36,7 +36,9 @@ from moto.dynamodb.models.dynamo_type import Item
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoHandler
 
-_LOCK = threading.RLock()
+# Held by every item operation (which may write the table's stream) and by the stream reads that trim
+# it (`moto_compat.trim_read_stream_records`).
+ITEM_LOCK = threading.RLock()
 _OPERATIONS = (
     "put_item",
     "update_item",
@@ -63,7 +65,7 @@ def serialize_item_operations() -> None:
             continue
 
         def locked(*args: Any, __method: Any = method, **kwargs: Any) -> Any:
-            with _LOCK:
+            with ITEM_LOCK:
                 return __method(*args, **kwargs)
 
         functools.update_wrapper(locked, method)
@@ -93,7 +95,7 @@ def roll_back_items_only() -> None:
     dynamodb_models.copy = _CopyKeepingTables()  # type: ignore[assignment]
 
     def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
-        with _LOCK:
+        with ITEM_LOCK:
             saved = [_save(self, entry) for entry in transact_items]
             streams = {
                 id(table): (table, len(table.stream_shard.items))

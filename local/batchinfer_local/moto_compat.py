@@ -134,24 +134,34 @@ def trim_read_stream_records(enabled: bool = True) -> None:
     original = DynamoDBStreamsBackend.get_records
 
     def get_records(self: DynamoDBStreamsBackend, iterator_arn: str, limit: int) -> dict[str, Any]:
-        result = original(self, iterator_arn, limit)
-        shard = self.shard_iterators.pop(iterator_arn).stream_shard
-        at = time.monotonic()
-        for arn, iterator in list(self.shard_iterators.items()):
-            seen = iterator.__dict__.setdefault("_batchinfer_seen_at", at)
-            if at - seen > ITERATOR_TTL_S:
-                del self.shard_iterators[arn]  # expired: its reader gave it up
-        # Each reader holds one outstanding iterator (the one just returned): records before the
-        # slowest one's position are read by all. moto numbers records from the first one it keeps.
-        positions = [it.sequence_number for it in self.shard_iterators.values() if it.stream_shard is shard]
-        read = min(positions, default=shard.starting_sequence_number) - shard.starting_sequence_number
-        if read > 0:
-            del shard.items[:read]
-            shard.starting_sequence_number += read
-        return result
+        from .moto_atomic import ITEM_LOCK
+
+        # A write numbers its stream record from the shard's record count and first number: a trim
+        # between the two reads gave two records one number (moto's `assert start >= 0` under load).
+        with ITEM_LOCK:
+            return _read_and_trim(self, original, iterator_arn, limit)
 
     get_records._original = original  # type: ignore[attr-defined]
     DynamoDBStreamsBackend.get_records = get_records  # type: ignore[method-assign]
+
+
+def _read_and_trim(backend: Any, original: Any, iterator_arn: str, limit: int) -> dict[str, Any]:
+    """moto's GetRecords, then the iterator forgotten and the records every reader has passed dropped."""
+    result = original(backend, iterator_arn, limit)
+    shard = backend.shard_iterators.pop(iterator_arn).stream_shard
+    at = time.monotonic()
+    for arn, iterator in list(backend.shard_iterators.items()):
+        seen = iterator.__dict__.setdefault("_batchinfer_seen_at", at)
+        if at - seen > ITERATOR_TTL_S:
+            del backend.shard_iterators[arn]  # expired: its reader gave it up
+    # Each reader holds one outstanding iterator (the one just returned): records before the
+    # slowest one's position are read by all. moto numbers records from the first one it keeps.
+    positions = [it.sequence_number for it in backend.shard_iterators.values() if it.stream_shard is shard]
+    read = min(positions, default=shard.starting_sequence_number) - shard.starting_sequence_number
+    if read > 0:
+        del shard.items[:read]
+        shard.starting_sequence_number += read
+    return result
 
 
 def deliver_fairly(enabled: bool = True) -> None:

@@ -236,6 +236,7 @@ def test_a_batch_without_failures_has_no_error_file(
         "bucket": moto_aws.bucket,
         "key": "outbox/q1/output.jsonl",
         "where": "",
+        "counted": None,  # a result file is in no storage quota
     }
     assert summary(header.output_file_id) == [("r1", 200, None), ("r2", 200, None), ("r3", 200, None)]
 
