@@ -4,9 +4,10 @@ Every failure is one exception type the CLI can print as one line: `ApiError` (a
 4xx/5xx, with the server's OpenAI error envelope `{"error": {"message", "type", "param", "code"}}`
 read out, or API Gateway's `{"message": ...}`) or `Unreachable` (no answer at all).
 
-A 503 (the service's storage shedding load) is retried after its `Retry-After`, as the `openai` SDK
-does (tenacity); creates send an `Idempotency-Key` (one per call, the same on its retries), so a retry
-after a 503 never makes a second file or batch.
+A 5xx answer (a 503: the service's storage shedding load; a 500, 502 or 504: a failed or timed-out
+invocation, e.g. on an overloaded stack) is retried after its `Retry-After`, as the `openai` SDK does
+(tenacity), unless it says `x-should-retry: false`; creates send an `Idempotency-Key` (one per call,
+the same on its retries), so a retry never makes a second file or batch.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ TERMINAL = {"completed", "failed", "expired", "cancelled"}
 # Files above this go through the Uploads API: a request carries at most 6 MB into Lambda, and
 # API Gateway base64-encodes a multipart body (4/3 of its size) in the invocation event.
 SINGLE_REQUEST_BYTES = 4 * 1024 * 1024
-# Attempts of a request answered 503 (the openai SDK's default is 3): the API has already retried
-# each AWS call 5 times, so a 503 is rare and two in a row rarer still.
+# Attempts of a request answered 5xx (the openai SDK's default is 3): the API has already retried
+# each AWS call 5 times, so a 5xx is rare and two in a row rarer still.
 UNAVAILABLE_ATTEMPTS = 5
-# The wait before retrying a 503 without a usable `Retry-After` (seconds), and the longest one honoured.
+# The statuses tried again (the openai SDK retries every status >= 500; 501 would answer the same).
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+# The wait before retrying a 5xx without a usable `Retry-After` (seconds), and the longest one honoured.
 DEFAULT_RETRY_AFTER_S, MAX_RETRY_AFTER_S = 1.0, 60.0
 
 
@@ -51,10 +54,17 @@ class ApiError(Exception):
         param: str | None = None,
         url: str = "",
         retry_after: float | None = None,
+        should_retry: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.url = status, message, code, param, url
         self.retry_after = retry_after  # seconds, from the `Retry-After` header (None: absent or a date)
+        self.should_retry = should_retry  # the `x-should-retry` header (None: absent)
+
+    @property
+    def retryable(self) -> bool:
+        """Worth another attempt: a status in `RETRIED_STATUSES` unless the server said not to."""
+        return self.status in RETRIED_STATUSES if self.should_retry is None else self.should_retry
 
     @classmethod
     def of(cls, response: httpx.Response) -> ApiError:
@@ -80,6 +90,7 @@ class ApiError(Exception):
             retry_after: float | None = float(response.headers.get("retry-after", ""))
         except ValueError:
             retry_after = None
+        should_retry = {"true": True, "false": False}.get(response.headers.get("x-should-retry", ""))
         return cls(
             response.status_code,
             message,
@@ -87,11 +98,12 @@ class ApiError(Exception):
             param=param,
             url=str(response.request.url),
             retry_after=retry_after,
+            should_retry=should_retry,
         )
 
 
 def _retry_after(state: RetryCallState) -> float:
-    """Seconds before the next attempt: the 503's `Retry-After` (within 0 and `MAX_RETRY_AFTER_S`)."""
+    """Seconds before the next attempt: the answer's `Retry-After` (within 0 and `MAX_RETRY_AFTER_S`)."""
     error = state.outcome.exception() if state.outcome else None
     seconds = getattr(error, "retry_after", None)
     if seconds is None or not math.isfinite(seconds):
@@ -142,9 +154,10 @@ class BatchClient:
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """A request to `path` (relative to base_url, or absolute), tried again after `Retry-After`
-        while it is answered 503, up to `UNAVAILABLE_ATTEMPTS` times; raises ApiError on >= 400."""
+        while its answer is `ApiError.retryable`, up to `UNAVAILABLE_ATTEMPTS` times; raises ApiError on
+        >= 400."""
         for attempt in Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.status == 503),
+            retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.retryable),
             stop=stop_after_attempt(UNAVAILABLE_ATTEMPTS),
             wait=_retry_after,
             reraise=True,

@@ -1,5 +1,6 @@
-"""`BatchClient` (local/batchinfer_local/client.py) against a scripted HTTP answer: a 503 is retried
-after its Retry-After with the same Idempotency-Key; other errors are not retried."""
+"""`BatchClient` (local/batchinfer_local/client.py) against a scripted HTTP answer: a 5xx is retried
+after its Retry-After with the same Idempotency-Key unless it says `x-should-retry: false`; 4xx errors
+are not retried."""
 
 from __future__ import annotations
 
@@ -71,8 +72,27 @@ def test_503s_past_the_attempts_and_other_errors_raise(waits: list[float]) -> No
     assert (unavailable.value.status, unavailable.value.retry_after, len(seen)) == (503, 1.0, 5)
 
     seen.clear()
-    internal = httpx.Response(500, json={"error": {"message": "internal error", "code": "internal_error"}})
-    batch_client = scripted([internal], seen)
+    bad = httpx.Response(400, json={"error": {"message": "bad", "code": "invalid_request"}})
+    batch_client = scripted([bad], seen)
+    with pytest.raises(ApiError) as refused:
+        batch_client.retrieve("batch_1")
+    assert (refused.value.status, refused.value.code, len(seen)) == (400, "invalid_request", 1)
+
+    seen.clear()
+    final = httpx.Response(500, headers={"x-should-retry": "false"}, json={"error": {"message": "no"}})
+    batch_client = scripted([final], seen)
     with pytest.raises(ApiError) as failed:
         batch_client.retrieve("batch_1")
-    assert (failed.value.status, failed.value.code, len(seen)) == (500, "internal_error", 1)
+    assert (failed.value.status, failed.value.should_retry, len(seen)) == (500, False, 1)
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_a_failed_invocation_is_retried_as_the_openai_sdk_does(waits: list[float], status: int) -> None:
+    """API Gateway's 500 (a function that failed or timed out), 502 and 504: a GET is tried again."""
+    seen: list[httpx.Request] = []
+    failed = httpx.Response(status, json={"message": "Internal Server Error"})
+    batch = {"id": "batch_1", "status": "in_progress"}
+    batch_client = scripted([failed, httpx.Response(200, json=batch)], seen)
+
+    assert batch_client.retrieve("batch_1") == batch
+    assert (waits, len(seen)) == ([1.0], 2)
