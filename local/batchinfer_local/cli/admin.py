@@ -75,9 +75,9 @@ def register(commands: Commands) -> None:
     configure.add_argument(
         "--webhook-grace",
         type=int,
-        default=86_400,
         metavar="SECONDS",
-        help="how long the rotated-out secret still signs deliveries (default: a day)",
+        help="with --rotate-webhook-secret: how long the rotated-out secret still signs deliveries "
+        "(default: a day, at most 30 days)",
     )
 
 
@@ -137,11 +137,25 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_webhook_flags(args: argparse.Namespace) -> None:
+    """Refuse webhook flags that would do nothing or something else than asked (CliError, exit 2):
+    a grace without a rotation; a rotation beside a new URL, which starts over with one new secret."""
+    if args.webhook_grace is not None and not args.rotate_webhook_secret:
+        raise CliError("error: --webhook-grace goes with --rotate-webhook-secret", code=2)
+    if args.rotate_webhook_secret and args.webhook_url is not None:
+        raise CliError(
+            "error: --webhook-url sets a new secret of its own; rotate with --rotate-webhook-secret alone",
+            code=2,
+        )
+
+
 def cmd_accounts(args: argparse.Namespace) -> int:
     """Show an account's settings, or change them (a new webhook secret is printed once)."""
     from batchinfer.data import accounts
     from batchinfer.data.storage import QUOTA_FIELDS
 
+    if args.action == "set":
+        _check_webhook_flags(args)
     table = batch_table(args)
     secret = None
     if args.action == "set":
@@ -161,9 +175,8 @@ def cmd_accounts(args: argparse.Namespace) -> int:
                     args.account, args.webhook_url or None, table=table, allow_loopback=loopback
                 )
             if args.rotate_webhook_secret:
-                secret = accounts.rotate_webhook_secret(
-                    args.account, grace_seconds=args.webhook_grace, table=table
-                )
+                grace = accounts.WEBHOOK_GRACE_S if args.webhook_grace is None else args.webhook_grace
+                secret = accounts.rotate_webhook_secret(args.account, grace_seconds=grace, table=table)
             account = accounts.get_account(args.account, table=table)
         except ValueError as error:
             raise CliError(f"error: {error}", code=2) from None

@@ -270,8 +270,11 @@ def test_a_rotation_keeps_the_old_secret_signing_for_its_grace_only(
     # And setting the URL again starts over with one secret
     fourth = accounts.set_webhook("hooked", "https://example.com/other")
     assert accounts.get_account("hooked").webhook_secrets(1_800_000_000) == [fourth]
-    with pytest.raises(ValueError, match="at least 0 seconds"):
-        accounts.rotate_webhook_secret("hooked", grace_seconds=-1)
+    for grace in (-1, 30 * 86_400 + 1):
+        refused = rf"grace must be from 0 to 2592000 seconds \(30 days\), got {grace}"
+        with pytest.raises(ValueError, match=refused):
+            accounts.rotate_webhook_secret("hooked", grace_seconds=grace)
+    assert accounts.get_account("hooked").webhook_secrets(1_800_000_000) == [fourth]
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,11 @@ def test_loopback_only_is_allowed_when_told() -> None:
         ("http://127.0.0.1:9/hook", "webhook host 127.0.0.1 is not a public address"),
         ("http://LOCALHOST./hook", "webhook host localhost is loopback"),
         ("http://api.localhost/hook", "webhook host api.localhost is loopback"),
+        # IPv4's older spellings, which getaddrinfo and many HTTP clients read as addresses
+        ("http://0x7f000001:8765/hook", "webhook host 0x7f000001 is not a public address"),
+        ("http://127.1/hook", "webhook host 127.1 is not a public address"),
+        ("http://0251.0376.0251.0376/x", "webhook host 0251.0376.0251.0376 is not a public address"),
+        ("http://2852039166/x", "webhook host 2852039166 is not a public address"),
     ],
 )
 def test_a_url_naming_a_forbidden_host_is_refused(url: str, message: str) -> None:

@@ -15,6 +15,7 @@ and to a private one later (DNS rebinding) is refused too.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from urllib.parse import urlsplit
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -34,10 +35,18 @@ def forbidden(address: IpAddress, *, allow_loopback: bool = False) -> bool:
 
 
 def literal_address(host: str) -> IpAddress | None:
-    """The IP address `host` spells (brackets of an IPv6 literal removed), or None for a name."""
+    """The IP address `host` spells (brackets of an IPv6 literal removed), or None for a name.
+
+    IPv4's older spellings count too (`0x7f000001`, `127.1`, `0177.0.0.1`): `inet_aton`, which
+    `getaddrinfo` and many HTTP clients use, reads them as addresses where `ipaddress` does not.
+    """
     try:
         return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
         return None
 
 

@@ -47,6 +47,8 @@ RATE_TTL_S = 3600
 # How long a rotated-out webhook secret still signs deliveries (Svix, whose Standard Webhooks these
 # are, keeps an old secret 24 hours): receivers have a day to switch to the new one.
 WEBHOOK_GRACE_S = 86_400
+# The longest grace: a typo must not keep a rotated-out (perhaps leaked) secret signing for years.
+MAX_WEBHOOK_GRACE_S = 30 * 86_400
 
 
 class LimitExceeded(Exception):
@@ -338,10 +340,12 @@ def rotate_webhook_secret(
     (each then carries both signatures, as Standard Webhooks allows), so a receiver verifying with
     either passes until it has switched; after that only the new one signs. A rotation within the
     grace of another replaces the older secret at once (one previous secret is kept).
-    Raises ValueError when the account has no webhook, or for a negative grace.
+    Raises ValueError when the account has no webhook, or for a grace outside 0..`MAX_WEBHOOK_GRACE_S`.
     """
-    if grace_seconds < 0:
-        raise ValueError(f"grace must be at least 0 seconds, got {grace_seconds}")
+    if not 0 <= grace_seconds <= MAX_WEBHOOK_GRACE_S:
+        raise ValueError(
+            f"grace must be from 0 to {MAX_WEBHOOK_GRACE_S} seconds (30 days), got {grace_seconds}"
+        )
     secret = _webhook_secret()
     done = conditional(
         handle(table).update_item,

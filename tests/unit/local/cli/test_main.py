@@ -86,3 +86,21 @@ def test_keys_local_without_a_running_stack_says_so(
     assert capsys.readouterr().err == (
         f"error: no local stack is running (no {tmp_path / 'local.json'}): start one with `make local`\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--webhook-grace", "10"], "error: --webhook-grace goes with --rotate-webhook-secret\n"),
+        (
+            ["--rotate-webhook-secret", "--webhook-url", "https://hooks.example.com/h"],
+            "error: --webhook-url sets a new secret of its own; rotate with --rotate-webhook-secret alone\n",
+        ),
+    ],
+)
+def test_webhook_flags_that_would_not_do_what_they_say_are_refused_before_any_table(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BATCHINFER_TABLE", raising=False)
+    assert cli.main(["accounts", "set", "acme", *flags]) == 2
+    assert capsys.readouterr().err == message
