@@ -87,8 +87,8 @@ def test_files_over_the_byte_and_count_quotas_are_refused_and_a_delete_gives_roo
     assert (status, headers["x-should-retry"]) == (429, "false")
     assert body == quota_error(
         "storage_quota_exceeded",
-        f"This account stores its quota of {2 * SIZE + 10} bytes (files and pending uploads); delete "
-        "files to make room.",
+        f"{SIZE} more bytes would take this account past its storage quota of {2 * SIZE + 10} bytes "
+        "(files and pending uploads); delete files to make room.",
     )
     bucket = get_settings().bucket_name
     assert sorted(s3.keys_under(bucket, "files/")) == sorted([f"files/{first}", f"files/{second}"])

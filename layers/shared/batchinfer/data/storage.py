@@ -83,8 +83,8 @@ class QuotaExceeded(Exception):
                 f"{self.size} bytes are more than this account's whole storage quota of {self.limit} bytes."
             )
         return {
-            "bytes": f"This account stores its quota of {self.limit} bytes (files and pending uploads); "
-            "delete files to make room.",
+            "bytes": f"{self.size} more bytes would take this account past its storage quota of "
+            f"{self.limit} bytes (files and pending uploads); delete files to make room.",
             "files": f"This account stores its quota of {self.limit} files (pending uploads included); "
             "delete files to make room.",
             "uploads": f"This account has {self.limit} pending uploads, the most it may have; complete or "
