@@ -149,10 +149,35 @@ def _check_webhook_flags(args: argparse.Namespace) -> None:
         )
 
 
+def _apply_settings(args: argparse.Namespace, table: Any) -> str | None:
+    """Apply `accounts set`'s flags to `args.account`; the new webhook secret when one was made.
+    Raises ValueError for a setting the account refuses."""
+    from batchinfer.data import accounts
+    from batchinfer.data.storage import QUOTA_FIELDS
+
+    accounts.configure_account(
+        args.account,
+        allowed_buckets=args.allow_bucket,
+        max_active_batches=args.max_active_batches,
+        max_creates_per_minute=args.max_creates_per_minute,
+        storage={field: getattr(args, field) for field in QUOTA_FIELDS},
+        table=table,
+    )
+    if args.webhook_url is not None:
+        # The CLI has no function's settings: loopback receivers as the stack it manages is told.
+        loopback = os.environ.get("WEBHOOK_ALLOW_LOOPBACK", "").lower() in ("1", "true")
+        return accounts.set_webhook(
+            args.account, args.webhook_url or None, table=table, allow_loopback=loopback
+        )
+    if args.rotate_webhook_secret:
+        grace = accounts.WEBHOOK_GRACE_S if args.webhook_grace is None else args.webhook_grace
+        return accounts.rotate_webhook_secret(args.account, grace_seconds=grace, table=table)
+    return None
+
+
 def cmd_accounts(args: argparse.Namespace) -> int:
     """Show an account's settings, or change them (a new webhook secret is printed once)."""
     from batchinfer.data import accounts
-    from batchinfer.data.storage import QUOTA_FIELDS
 
     if args.action == "set":
         _check_webhook_flags(args)
@@ -160,28 +185,10 @@ def cmd_accounts(args: argparse.Namespace) -> int:
     secret = None
     if args.action == "set":
         try:
-            account = accounts.configure_account(
-                args.account,
-                allowed_buckets=args.allow_bucket,
-                max_active_batches=args.max_active_batches,
-                max_creates_per_minute=args.max_creates_per_minute,
-                storage={field: getattr(args, field) for field in QUOTA_FIELDS},
-                table=table,
-            )
-            if args.webhook_url is not None:
-                # The CLI has no function's settings: loopback receivers as the stack it manages is told.
-                loopback = os.environ.get("WEBHOOK_ALLOW_LOOPBACK", "").lower() in ("1", "true")
-                secret = accounts.set_webhook(
-                    args.account, args.webhook_url or None, table=table, allow_loopback=loopback
-                )
-            if args.rotate_webhook_secret:
-                grace = accounts.WEBHOOK_GRACE_S if args.webhook_grace is None else args.webhook_grace
-                secret = accounts.rotate_webhook_secret(args.account, grace_seconds=grace, table=table)
-            account = accounts.get_account(args.account, table=table)
+            secret = _apply_settings(args, table)
         except ValueError as error:
             raise CliError(f"error: {error}", code=2) from None
-    else:
-        account = accounts.get_account(args.account, table=table)
+    account = accounts.get_account(args.account, table=table)
     shown = account.model_dump(mode="json", exclude={"webhook_secret", "webhook_previous_secret"})
     if secret:
         # Shown this once: the receiver verifies deliveries with it (Standard Webhooks).
