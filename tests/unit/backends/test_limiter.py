@@ -185,6 +185,31 @@ def test_the_probe_doubles_over_rounds_without_queue_whatever_the_window() -> No
     assert limits[::2] == [100, 103, 105, 110, 121, 143, 190]
 
 
+def _burst(c: LimitController, start: float, n: int, rtt: float) -> float:
+    """A run's first `n` requests granted one after another from an empty window at `start` (in flight
+    1, 2, ... n when granted), each answered after `rtt` s: one round."""
+    for k in range(n):
+        c.limited = True
+        c.on_success(start + rtt + k * 1e-4, Permit(c.epoch, start + k * 1e-5, k + 1, c.delivered), rtt)
+    return start + rtt + n * 1e-4
+
+
+def test_a_runs_first_burst_is_not_judged_as_a_queue() -> None:
+    # Given a window of 100 past startup, then a new run (a warm worker's next shard) at t = 5
+    c = LimitController(512, initial=101)
+    _steady(c)
+    c.restart(5.0)
+    # When its first round is the burst (in flight 1..100 when granted: a mean of 50.5; RTT 1.25 s, the
+    # burst's own sending in it)
+    t = _burst(c, 5.0, 100, 1.25)
+    t = _round(c, t + 0.01, 100, 1.0, 100)  # its first answer ends the burst's round
+    # Then the burst moved nothing (judged, 50.5 at 1.25 s reads as a queue of 10.1: a cut to
+    # 0.95 * 40.4 = 38); the round after it is judged
+    assert (c.limit, c.cuts, c.rounds) == (100, 1, 1)
+    _round(c, t + 0.01, 100, 1.0, 100)
+    assert (c.limit, c.rounds) == (103, 2)  # no queue: the probe, 0.25 * sqrt(100) = 2.5 (102.5)
+
+
 def test_without_latency_rules_a_queue_moves_nothing() -> None:
     c = LimitController(8, initial=8, latency=False)
     for i in range(50):  # rtt ten times the base: a queue, for the latency rules

@@ -178,6 +178,7 @@ class LimitController:
         self._round_lag = 0.0
         # (rtt, in flight) of the last latency cut, until the next round judged it
         self._check = None  # type: tuple[float, float] | None
+        self._unjudged = False  # the round in progress is the first burst of a run (`restart`)
         self.rebased = 0
         self._suspect = False  # the last round showed a small queue
         self._round_w = 0.0
@@ -237,6 +238,18 @@ class LimitController:
         self.adopted += 1
         return True
 
+    def restart(self, now: float) -> None:
+        """A new run of requests starts at `now` (a shard's next window, a warm worker's next shard):
+        the round in progress, of answers to a run that has ended, is dropped, and the first round of
+        the new run is not judged: its requests were granted one after another from an empty window
+        (their in-flight counts a ramp from 1, their RTTs holding the burst's own sending), which reads
+        as a queue of half the window (measured: a warm worker's next batch cut from 132 to 51 on a
+        queueing server of C = 128, then 20 s to grow back)."""
+        self._check, self._suspect = None, False
+        self._round_mark = None
+        self._new_round(now)
+        self._unjudged = self.state == LimiterState.STEADY
+
     def on_success(self, now: float, permit: Permit, rtt: float, lag: float = 0.0) -> None:
         """A request sent with `permit` was answered after `rtt` seconds; `lag`: how late our own event
         loop runs now (part of `rtt` that is ours, not the backend's)."""
@@ -291,6 +304,10 @@ class LimitController:
 
     def _end_round(self, now: float, base: float) -> None:
         self.rounds += 1
+        if self._unjudged:  # the burst that started a run (`restart`): the next round is judged
+            self._unjudged = False
+            self._new_round(now, False)
+            return
         w = self._round_w / self._round_n
         rtt = max(base, (self._round_rtt - self._round_lag) / self._round_n)
         if self._check is not None:  # the first round after a latency cut: did the latency follow?

@@ -164,6 +164,7 @@ class WindowRun:
     async def run(self) -> Window:
         """Run the window's requests (see the class); what each one ended in."""
         self.limiter = limiter_for(self.backend, self.concurrency)
+        self.limiter.control.restart(self.limiter.clock())
         if self.link is not None and self.limiter.control.latency:  # start at the share the others found
             self.limiter.share_with(self.link.windows)
         self.latency = latency_for(self.backend)
