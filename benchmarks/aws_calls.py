@@ -64,7 +64,9 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
         path.write_bytes(b"".join(json.dumps(request_line(i)).encode() + b"\n" for i in range(n)))
         os.environ["MODEL_REGISTRY"] = str(sim.registry(Path(tmp)))  # passed through to the functions
         try:
-            overrides = {"ShardSize": str(shard_size)} if shard_size else {}
+            overrides = (
+                {"ShardSize": str(shard_size), "RemoteShardSize": str(shard_size)} if shard_size else {}
+            )
             with LocalStack(port=0, parameter_overrides=overrides) as stack:
                 client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key)
                 batch = client.create(client.upload(path)["id"])

@@ -152,7 +152,7 @@ def measure(
         LocalStack(
             port=0,
             schedule_interval=1.0,
-            parameter_overrides={"ShardSize": "100"},
+            parameter_overrides={"ShardSize": "100", "RemoteShardSize": "100"},
             function_environment=functions,
         ) as stack,
     ):

@@ -270,7 +270,7 @@ def measure(
         registry = sim_registry(Path(tmp), server.base_url, [*(c["model"] for c in grid), WARM_MODEL])
         with LocalStack(
             port=0,
-            parameter_overrides={"ShardSize": str(SHARD_SIZE)},
+            parameter_overrides={"ShardSize": str(SHARD_SIZE), "RemoteShardSize": str(SHARD_SIZE)},
             function_environment={"MODEL_REGISTRY": str(registry)},
         ) as stack:
             client = BatchClient(f"{stack.base_url}/v1", api_key=stack.api_key, timeout=300)

@@ -1,12 +1,14 @@
 """Three server shapes a batch must serve as fast as the `openai` SDK loop a user would write, with
 where a batch's time goes, and a large batch against C/L.
 
-Shapes (a fresh local stack, its default ShardSize: several shards, so several shard workers share
-the server): refusing (429 beyond C) L 0.2 s C 32, 2,000 requests; refusing L 1.0 s C 128, 4,000
-requests; queueing (vLLM-like) L 1.0 s C 128, 4,000 requests; `max_tokens` 8. Each run measures every
+Shapes (a fresh local stack at its defaults: a model on a server is sharded by RemoteShardSize, 5,000,
+so each of these batches is one shard and one worker): refusing (429 beyond C) L 0.2 s C 32, 2,000
+requests; refusing L 1.0 s C 128, 4,000 requests; queueing (vLLM-like) L 1.0 s C 128, 4,000 requests;
+`max_tokens` 8. Each run measures every
 shape's batch (upload, then timed from `POST /v1/batches` to `completed`) and the SDK with C in flight
 (`benchmarks.grid.run_sdk`) on the same server, the order alternating; the figure is the median of
-the runs. Then one 20,000-request batch on the small server against C/L (the fixed costs amortised).
+the runs. Then one 20,000-request batch on the small server against C/L (the fixed costs amortised;
+four shards, so four workers share the server's window).
 
 A batch's breakdown (seconds from create, Unix times compared on one machine): prepare done (its
 invocation's end), the first shard worker's start, the first request at the server, the last answer,

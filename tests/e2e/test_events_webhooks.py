@@ -81,7 +81,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSta
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("WEBHOOK_ALLOW_LOOPBACK", "true")
         with stack_with_upstream(
-            tmp_path_factory.mktemp("registry"), parameter_overrides={"ShardSize": "2"}
+            tmp_path_factory.mktemp("registry"),
+            parameter_overrides={"ShardSize": "2", "RemoteShardSize": "2"},
         ) as (
             stack,
             upstream,

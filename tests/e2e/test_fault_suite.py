@@ -58,7 +58,12 @@ RESETS = ["batchinfer.core.settings.get_settings.cache_clear", "batchinfer.core.
 FAULTS = StackConfig(
     "fault-suite",
     schedule_interval=1.0,
-    parameter_overrides={"ShardSize": "4", "MaxShardWorkers": "6", "AccountShardShare": "1"},
+    parameter_overrides={
+        "ShardSize": "4",
+        "RemoteShardSize": "4",
+        "MaxShardWorkers": "6",
+        "AccountShardShare": "1",
+    },
     function_environment=FAST_RECOVERY,
     heavy=True,
 )

@@ -40,7 +40,7 @@ LIVE = StackConfig(
     # At most 4 shard workers (3 for the one account: AccountShardShare 0.8; the template's default
     # is 20): each environment loads the model, and at an expiry every request at the model still
     # runs to its end, so 16 workers spent most of the expiry test on model loads and answers.
-    parameter_overrides={"ShardSize": "8", "MaxShardWorkers": "4"},
+    parameter_overrides={"ShardSize": "8", "RemoteShardSize": "8", "MaxShardWorkers": "4"},
     # Two requests in flight per shard worker (the engine would take every request of a shard at
     # once): a cancel or an expiry mid-run then finds requests that never reached the model.
     function_environment={

@@ -53,7 +53,9 @@ def template_without(tmp_path: Path, statement: str) -> Path:
 def test_a_removed_statement_denies_the_call_it_allowed(tmp_path: Path) -> None:
     path = template_without(tmp_path, CANCEL_STATEMENT)
     # A stack of its own: its template is this test's (one statement removed).
-    with stack_with_upstream(tmp_path, template_path=path, parameter_overrides={"ShardSize": "1"}) as (
+    with stack_with_upstream(
+        tmp_path, template_path=path, parameter_overrides={"ShardSize": "1", "RemoteShardSize": "1"}
+    ) as (
         stack,
         upstream,
     ):
@@ -87,7 +89,7 @@ def test_twenty_shards_run_at_once_and_every_line_ends_in_exactly_one_file(
     caplog.set_level(logging.INFO, logger="batchinfer_local.function")
     # One account's batch: every worker may run its shards (AccountShardShare 1: no per-account bound).
     # A stack of its own: it reads every forwarded log line of the run, and counts the workers' peak.
-    overrides = {"ShardSize": "1", "AccountShardShare": "1"}
+    overrides = {"ShardSize": "1", "RemoteShardSize": "1", "AccountShardShare": "1"}
     with (
         stack_with_upstream(tmp_path, parameter_overrides=overrides) as (stack, upstream),
         api_client(stack, stack.api_key) as http,

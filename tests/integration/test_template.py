@@ -101,6 +101,7 @@ def test_globals_environment_names_every_setting() -> None:
         "FINALIZE_QUEUE_URL": {"Ref": "FinalizeQueue"},
         "WEBHOOK_QUEUE_URL": {"Ref": "WebhookQueue"},
         "SHARD_SIZE": {"Ref": "ShardSize"},
+        "REMOTE_SHARD_SIZE": {"Ref": "RemoteShardSize"},
         "WORKER_CONCURRENCY": {"Ref": "WorkerConcurrency"},
         "MAX_SHARD_WORKERS": {"Ref": "MaxShardWorkers"},
         "ACCOUNT_SHARD_SHARE": {"Ref": "AccountShardShare"},
@@ -113,13 +114,15 @@ def test_globals_environment_names_every_setting() -> None:
     }
     assert (
         TEMPLATE["Parameters"]["ShardSize"]["Default"],
+        TEMPLATE["Parameters"]["RemoteShardSize"]["Default"],
         TEMPLATE["Parameters"]["WorkerConcurrency"]["Default"],
         TEMPLATE["Parameters"]["MaxShardWorkers"]["Default"],
         TEMPLATE["Parameters"]["AccountShardShare"]["Default"],
-    ) == (500, 512, 20, 0.8)
+    ) == (500, 5000, 512, 20, 0.8)
     # the settings' defaults are the template's (a function without the variable behaves the same)
     fields = Settings.model_fields
     assert (fields["max_shard_workers"].default, fields["account_shard_share"].default) == (20, 0.8)
+    assert (fields["shard_size"].default, fields["remote_shard_size"].default) == (500, 5000)
 
 
 def test_the_account_limits_reach_every_function_that_creates_batches() -> None:

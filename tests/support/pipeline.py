@@ -21,8 +21,10 @@ def create(
     aws: Aws, data: bytes, monkeypatch: pytest.MonkeyPatch, *, shard_size: int = 2, **fields: Any
 ) -> str:
     """Upload `data` as a batch input, create its batch (`intake.create_batch`, 24h window) with
-    `SHARD_SIZE=shard_size` and drop the prepare message it sent; returns the batch id."""
+    `SHARD_SIZE=shard_size` (and `REMOTE_SHARD_SIZE`) and drop the prepare message it sent; returns the
+    batch id."""
     monkeypatch.setenv("SHARD_SIZE", str(shard_size))
+    monkeypatch.setenv("REMOTE_SHARD_SIZE", str(shard_size))
     get_settings.cache_clear()
     batch_id = ids.new_batch_id()
     s3.put_bytes(aws.bucket, f"files/{batch_id}", data)

@@ -144,6 +144,6 @@ UPSTREAM = StackConfig("upstream", upstream=True, iam=True)
 ONE_LINE_SHARDS = StackConfig(
     "one-line-shards",
     upstream=True,
-    parameter_overrides={"ShardSize": "1"},
+    parameter_overrides={"ShardSize": "1", "RemoteShardSize": "1"},
     function_environment={"PROGRESS_SECONDS": "0.2"},
 )

@@ -80,6 +80,7 @@ def api(moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     accounts.create_key("default", secret=KEY)
     accounts.create_key("other", secret=OTHER_KEY)
     monkeypatch.setenv("SHARD_SIZE", "2")
+    monkeypatch.setenv("REMOTE_SHARD_SIZE", "2")
     with scripted_model(tmp_path, monkeypatch) as upstream:
         get_settings.cache_clear()
         yield Api(moto_aws), upstream

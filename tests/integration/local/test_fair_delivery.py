@@ -55,7 +55,7 @@ def gated(
 
 def test_a_small_accounts_batch_overtakes_the_backlog_of_a_big_one(tmp_path: Path) -> None:
     # Delivery order alone: no per-account share (with 0.8 of 2 workers A would hold only one)
-    overrides = {"ShardSize": "1", "MaxShardWorkers": "2", "AccountShardShare": "1"}
+    overrides = {"ShardSize": "1", "RemoteShardSize": "1", "MaxShardWorkers": "2", "AccountShardShare": "1"}
     with stack_with_upstream(tmp_path, parameter_overrides=overrides) as (stack, upstream):
         # Given account A's batch of 30 one-line shards, each request waiting at the model for a pass:
         # both shard workers hold one of A's shards, its 28 others wait in the queue
@@ -96,7 +96,12 @@ def test_a_small_accounts_batch_overtakes_the_backlog_of_a_big_one(tmp_path: Pat
 
 def test_an_accounts_third_shard_waits_while_another_accounts_shard_runs(tmp_path: Path) -> None:
     # Three shard workers, two of them at most for one account's shards (0.67 x 3)
-    overrides = {"ShardSize": "1", "MaxShardWorkers": "3", "AccountShardShare": "0.67"}
+    overrides = {
+        "ShardSize": "1",
+        "RemoteShardSize": "1",
+        "MaxShardWorkers": "3",
+        "AccountShardShare": "0.67",
+    }
     with stack_with_upstream(tmp_path, parameter_overrides=overrides) as (stack, upstream):
         # Given account A's batch of three one-line shards, each request waiting at the model for a
         # pass: two of them at the model

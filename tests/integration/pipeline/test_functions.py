@@ -43,6 +43,7 @@ def chat_line(custom_id: str, content: str, max_tokens: int = 3) -> str:
 def create(aws: Aws, text: str, *, shard_size: int = 2, monkeypatch: pytest.MonkeyPatch) -> str:
     """Upload `text`, create its batch (message to PrepareQueue) and return the batch id."""
     monkeypatch.setenv("SHARD_SIZE", str(shard_size))
+    monkeypatch.setenv("REMOTE_SHARD_SIZE", str(shard_size))
     get_settings.cache_clear()
     s3.put_bytes(aws.bucket, "files/file-test", text.encode())
     batch_id = ids.new_batch_id()

@@ -186,6 +186,27 @@ def test_models_are_those_of_the_configured_registry(
     ]
 
 
+def test_a_model_on_a_server_of_its_own_is_sharded_by_remote_shard_size(
+    moto_aws: Aws, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Given an in-process model and one on a server (never called by prepare), five requests each
+    registry = tmp_path / "models.yaml"
+    registry.write_text(
+        f"models:\n  {MODEL}:\n    backend: llama_cpp\n"
+        "  remote:\n    backend: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n"
+    )
+    monkeypatch.setenv("MODEL_REGISTRY", str(registry))
+    local = create(moto_aws, jsonl(*(chat_line(c, "Hi") for c in "abcde")), monkeypatch)
+    remote = create(moto_aws, jsonl(*(chat_line(c, "Hi", model="remote") for c in "abcde")), monkeypatch)
+    # When they are prepared with ShardSize 2 and RemoteShardSize 3
+    monkeypatch.setenv("REMOTE_SHARD_SIZE", "3")
+    get_settings.cache_clear()
+    assert (prepare.prepare_batch(local), prepare.prepare_batch(remote)) == ("in_progress", "in_progress")
+    # Then the in-process model's batch has shards of 2, the other's of 3
+    sizes = {b: [s.size for s in shards.query(b)] for b in (local, remote)}
+    assert sizes == {local: [2, 2, 1], remote: [3, 2]}
+
+
 def test_an_input_that_cannot_be_read_fails_with_its_error_code(
     moto_aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:

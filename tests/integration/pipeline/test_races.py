@@ -52,6 +52,7 @@ def _scripted(moto_aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def start(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[dict[str, Any]]]:
     monkeypatch.setenv("SHARD_SIZE", "2")
+    monkeypatch.setenv("REMOTE_SHARD_SIZE", "2")
     get_settings.cache_clear()
     s3.put_bytes(aws.bucket, "files/in", TEXT.encode())
     batch_id = ids.new_batch_id()

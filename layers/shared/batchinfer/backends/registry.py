@@ -151,6 +151,11 @@ class ModelRegistry:
         except KeyError:
             raise ModelNotFound(name) from None
 
+    def in_process(self, name: str) -> bool:
+        """Whether model `name` runs inside the worker's process (an embedded engine) rather than on a
+        server of its own; raises `ModelNotFound` for an unknown name."""
+        return self.config(name).in_process
+
     def serves(self, name: str) -> frozenset[str]:
         """The batch endpoint templates model `name`'s backend declares (its class's `serves_for(config)`
         where it has one, else its `serves`), without building the backend. Raises `ModelNotFound` for an

@@ -35,7 +35,15 @@ class Settings(BaseSettings):
         2, ge=1, description="webhook POSTs of one account in flight at once, in one invocation"
     )
     # Defaults measured by `make bench` (docs/performance.md), kept equal to template.yaml's.
-    shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard")
+    shard_size: int = Field(500, ge=1, le=10_000, description="requests per shard of an in-process model")
+    remote_shard_size: int = Field(
+        5000,
+        ge=1,
+        le=50_000,
+        description="requests per shard of a model on a server of its own (openai, kserve_v2, bedrock): "
+        "one worker keeps such a server full up to worker_concurrency in flight, and fewer workers "
+        "sharing it find its capacity better than many (docs/performance.md)",
+    )
     worker_concurrency: int = Field(
         512,
         ge=1,
@@ -129,6 +137,11 @@ class Settings(BaseSettings):
     # Secrets Manager secret (name or ARN) holding {"access_key_id", "secret_access_key"} for COS;
     # empty: the default AWS credential chain (local stacks).
     cos_credentials_secret: str = ""
+
+    def shard_size_for(self, in_process: bool) -> int:
+        """Requests per shard of a batch whose model runs in the worker's process (`shard_size`: each
+        shard worker is one more engine) or on a server of its own (`remote_shard_size`)."""
+        return self.shard_size if in_process else self.remote_shard_size
 
     @property
     def account_shard_slots(self) -> int | None:

@@ -11,7 +11,7 @@ prepare lease (`prepare_batch`), and a message that finds it held is `busy`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from botocore.exceptions import ClientError
 
@@ -27,6 +27,10 @@ from batchinfer.validation.file import FileValidator
 from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.wire.status import BatchStatus
 
+# A shard also ends at this many bytes of requests, so a shard worker's memory stays bounded whatever
+# the lines' size (5,000 lines of up to 1 MB would not fit a 3,008 MB worker).
+MAX_SHARD_BYTES = 128 * 1024 * 1024
+
 
 def _fail(batch_id: str, errors: list[dict], owner: str) -> str:
     batches.transition(
@@ -39,30 +43,39 @@ def _fail(batch_id: str, errors: list[dict], owner: str) -> str:
 
 
 def shard_lines(
-    lines: PhysicalLineReader, validator: FileValidator, shard_size: int
+    lines: PhysicalLineReader,
+    validator: FileValidator,
+    shard_size: int | Callable[[str | None], int],
+    max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> Iterator[tuple[int, int, bytes]]:
     """Validate every line and group the valid requests into shard files as the lines stream by.
 
-    Yields `(first line, requests, shard bytes)` for each shard of `shard_size` requests (the last
-    one may be smaller); a shard's lines are `<line>\\t<request JSON>\\n`, the request's bytes as
-    read (the worker parses them once). Calls `validator.finish` at the end. Once the file has
-    failed, only its errors are collected and no shard is yielded any more: the caller checks
-    `validator.error_count` after the iteration and discards what it wrote.
+    Yields `(first line, requests, shard bytes)` for each shard of `shard_size` requests, or fewer once
+    its request bytes reach `max_shard_bytes` (the last one may be smaller); `shard_size` may be a
+    function of the file's model (`validator.model`), called at its first valid request. A shard's
+    lines are `<line>\\t<request JSON>\\n`, the request's bytes as read (the worker parses them once).
+    Calls `validator.finish` at the end. Once the file has failed, only its errors are collected and
+    no shard is yielded any more: the caller checks `validator.error_count` after the iteration and
+    discards what it wrote.
     """
     feed = validator.feed
     buffer: list[bytes] = []
-    first_line = 0
+    first_line = size = held = 0
     for line in lines:
         request = feed(line)
         if request is None or validator.error_count:
             continue  # once the file has failed, only collect its errors
+        if not size:
+            size = shard_size(validator.model) if callable(shard_size) else shard_size
         if not buffer:
             first_line = request.line
         buffer.append(b"%d\t%s\n" % (request.line, line.data))
-        if len(buffer) == shard_size:
+        held += len(buffer[-1])
+        if len(buffer) == size or held >= max_shard_bytes:
             data = b"".join(buffer)
+            yield first_line, len(buffer), data
             buffer.clear()
-            yield first_line, shard_size, data
+            held = 0
     validator.finish(lines.bytes_read)
     if buffer and not validator.error_count:
         yield first_line, len(buffer), b"".join(buffer)
@@ -169,7 +182,12 @@ def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHea
     # Stops reading past max_file_bytes: the validator reports file_too_large from the byte count.
     source = input_chunks(header)
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
-    for first_line, size, data in shard_lines(lines, validator, settings.shard_size):
+    registry = load_registry(settings.model_registry)
+
+    def shard_size(model: str | None) -> int:
+        return settings.shard_size_for(model is None or model not in registry or registry.in_process(model))
+
+    for first_line, size, data in shard_lines(lines, validator, shard_size):
         if lease.lost:
             return None
         key = s3.shard_key(batch_id, len(written))

@@ -59,7 +59,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def start(aws: Aws, monkeypatch: pytest.MonkeyPatch, n: int = 5, **env: str) -> tuple[str, dict[str, Any]]:
-    for key, value in {"SHARD_SIZE": str(n), "SHARD_LEASE_SECONDS": "1", **env}.items():
+    for key, value in {
+        "SHARD_SIZE": str(n),
+        "REMOTE_SHARD_SIZE": str(n),
+        "SHARD_LEASE_SECONDS": "1",
+        **env,
+    }.items():
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     s3.put_bytes(aws.bucket, "files/in", "".join(chat_line(f"r{i}") + "\n" for i in range(n)).encode())
