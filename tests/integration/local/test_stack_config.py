@@ -68,6 +68,7 @@ def test_real_template_resolves_to_local_resources_and_environment(aws: dict[str
         "FINALIZE_QUEUE_URL": made.queue_urls["FinalizeQueue"],
         "WEBHOOK_QUEUE_URL": made.queue_urls["WebhookQueue"],
         "SHARD_SIZE": "10",  # the override
+        "REMOTE_SHARD_SIZE": "5000",
         "WORKER_CONCURRENCY": "512",  # the default, as the string CloudFormation passes
         "MAX_SHARD_WORKERS": "20",
         "ACCOUNT_SHARD_SHARE": "0.8",
