@@ -1,7 +1,8 @@
 """AWS calls per 1,000 requests, by service and operation, and what they cost per million requests.
 
 A batch runs end to end on the local stack (every function's handler, wired by template.yaml, with
-the template's default shard size) against the simulated backend; `batchinfer.core.aws.on_call`, in
+the template's default shard sizes: RemoteShardSize for the simulated backend, a server of its own)
+against the simulated backend; `batchinfer.core.aws.on_call`, in
 every function's own processes, counts every call the functions make (`LocalStack.stats`). The SQS
 event source mappings' own receives and deletes are made by the Lambda service, not by batchinfer:
 they are estimated (one receive and one delete per message).
@@ -79,7 +80,7 @@ def measure(n: int = 5000, shard_size: int | None = None) -> dict[str, Any]:
                 assert batch["status"] == "completed" and batch["request_counts"]["completed"] == n, batch
                 output = client.content(batch["output_file_id"])
                 assert output.count(b"\n") == n
-                shards = -(-n // int(os.environ["SHARD_SIZE"]))
+                shards = -(-n // int(os.environ["REMOTE_SHARD_SIZE"]))  # the simulated server's
         finally:
             if saved is None:
                 os.environ.pop("MODEL_REGISTRY", None)

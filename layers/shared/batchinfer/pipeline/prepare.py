@@ -27,8 +27,9 @@ from batchinfer.validation.file import FileValidator
 from batchinfer.validation.jsonl import PhysicalLineReader, iter_physical_lines
 from batchinfer.wire.status import BatchStatus
 
-# A shard also ends at this many bytes of requests, so a shard worker's memory stays bounded whatever
-# the lines' size (5,000 lines of up to 1 MB would not fit a 3,008 MB worker).
+# A shard also ends once its requests reach this many bytes (one line over at most), so a shard
+# worker's memory stays bounded whatever the lines' size (5,000 lines of up to 1 MB would not fit a
+# 3,008 MB worker; a full shard parses in about 560 MB).
 MAX_SHARD_BYTES = 128 * 1024 * 1024
 
 
