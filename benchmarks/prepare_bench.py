@@ -85,7 +85,7 @@ def throughput(n: int = 100_000, rounds: int = 3) -> dict[str, Any]:
         reader = iter_physical_lines(
             chunks, defaults["max_line_bytes"], max_total_bytes=defaults["max_file_bytes"]
         )
-        shards = sum(1 for _ in shard_lines(reader, validator, defaults["shard_size"]))
+        shards = sum(1 for _ in shard_lines(reader, validator, lambda _model: defaults["shard_size"]))
         assert validator.ok and shards == -(-n // defaults["shard_size"]), validator.errors[:3]
 
     def raw() -> None:

@@ -35,7 +35,8 @@ def run(
     """The shards `shard_lines` yields for a file arriving in `chunks`, and its validator afterwards."""
     validator = FileValidator("/v1/chat/completions", {MODEL}.__contains__, max_file_bytes=max_file_bytes)
     lines = iter_physical_lines(chunks, 4096, max_total_bytes=max_file_bytes)
-    return list(shard_lines(lines, validator, shard_size, **options)), validator
+    size_for = shard_size if callable(shard_size) else lambda _model: shard_size
+    return list(shard_lines(lines, validator, size_for, **options)), validator
 
 
 def in_chunks(data: bytes, size: int = 7) -> list[bytes]:

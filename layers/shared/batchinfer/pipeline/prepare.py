@@ -46,18 +46,17 @@ def _fail(batch_id: str, errors: list[dict], owner: str) -> str:
 def shard_lines(
     lines: PhysicalLineReader,
     validator: FileValidator,
-    shard_size: int | Callable[[str | None], int],
+    shard_size: Callable[[str | None], int],
     max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> Iterator[tuple[int, int, bytes]]:
     """Validate every line and group the valid requests into shard files as the lines stream by.
 
-    Yields `(first line, requests, shard bytes)` for each shard of `shard_size` requests, or fewer once
-    its request bytes reach `max_shard_bytes` (the last one may be smaller); `shard_size` may be a
-    function of the file's model (`validator.model`), called at its first valid request. A shard's
-    lines are `<line>\\t<request JSON>\\n`, the request's bytes as read (the worker parses them once).
-    Calls `validator.finish` at the end. Once the file has failed, only its errors are collected and
-    no shard is yielded any more: the caller checks `validator.error_count` after the iteration and
-    discards what it wrote.
+    Yields `(first line, requests, shard bytes)` for each shard of `shard_size(model)` requests (the
+    file's model, `validator.model`, asked at its first valid request), or fewer once its request bytes
+    reach `max_shard_bytes` (the last one may be smaller). A shard's lines are `<line>\\t<request
+    JSON>\\n`, the request's bytes as read (the worker parses them once). Calls `validator.finish` at
+    the end. Once the file has failed, only its errors are collected and no shard is yielded any more:
+    the caller checks `validator.error_count` after the iteration and discards what it wrote.
     """
     feed = validator.feed
     buffer: list[bytes] = []
@@ -67,7 +66,7 @@ def shard_lines(
         if request is None or validator.error_count:
             continue  # once the file has failed, only collect its errors
         if not size:
-            size = shard_size(validator.model) if callable(shard_size) else shard_size
+            size = shard_size(validator.model)
         if not buffer:
             first_line = request.line
         buffer.append(b"%d\t%s\n" % (request.line, line.data))
@@ -185,8 +184,8 @@ def _write_shards(header: BatchHeader, validator: FileValidator, lease: LeaseHea
     lines = iter_physical_lines(source, settings.max_line_bytes, max_total_bytes=settings.max_file_bytes)
     registry = load_registry(settings.model_registry)
 
-    def shard_size(model: str | None) -> int:
-        return settings.shard_size_for(model is None or model not in registry or registry.in_process(model))
+    def shard_size(model: str | None) -> int:  # a valid request's model is known
+        return settings.shard_size_for(model is None or registry.in_process(model))
 
     for first_line, size, data in shard_lines(lines, validator, shard_size):
         if lease.lost:
